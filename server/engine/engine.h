@@ -1,0 +1,191 @@
+/* engine: block I/O on exports turned into shared chunks — split on chunk boundaries,
+ * read-modify-write for partial chunks, zero detection, hashing, index look-up, verify,
+ * refcounts through store transactions, per-range locking, counters; plus the export
+ * catalogue and the persisted dedup settings.
+ * Owns: the store (and through it meta), the hash index, export handles, counters.
+ * Knows nothing of NBD or protobuf.
+ * Threads: engine_read/write/trim/zero/flush/extents block and run on worker threads;
+ * engine_submit() is the one door from the loop thread to them. Catalogue and settings
+ * calls are any-thread but may block briefly on RocksDB (the control server runs them
+ * through engine_submit_fn()). */
+#ifndef DD_ENGINE_ENGINE_H
+#define DD_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "dedupd/hash.h"
+#include "dedupd/limits.h"
+
+struct engine;        /* opaque */
+struct engine_export; /* opaque: an open handle on one export */
+struct store;
+
+struct engine_options {
+    const char *data_dir;
+    uint64_t seg_bytes;            /* 0 = store default */
+    uint64_t block_cache_bytes;    /* 0 = store default */
+    double compact_live_ratio;     /* 0 = store default */
+    uint64_t compact_bytes_per_sec;/* 0 = store default */
+    bool background_compaction;
+    /* Created at open when no export exists yet (NULL = none). */
+    const char *default_export;
+    uint64_t default_export_size;
+};
+
+/* Opens the store under data_dir, loads the persisted dedup settings and applies them,
+ * creates the default export on a fresh directory. 0 or -errno (logged). */
+int engine_open(const struct engine_options *opt, struct engine **out);
+/* Syncs and closes. Every export handle must be closed first. NULL is fine. */
+void engine_close(struct engine *e);
+/* Borrowed: for maintenance commands (compact, check, scrub, stats). */
+struct store *engine_store(struct engine *e);
+
+/* ---- dedup settings (persisted in meta, applied live) ---- */
+
+struct engine_dedup_config {
+    bool enabled;                  /* off: chunks stored without hashing, never shared */
+    char backend[16];              /* "rocksdb" (default, persistent) or "memory" (bounded) */
+    enum dedupd_hash_alg hash_alg; /* SHA-256 default; xxh3 forces verify */
+    bool verify;                   /* byte-compare before sharing */
+    uint32_t default_chunk_size;   /* for exports created without one */
+    uint64_t limit_nr;             /* memory back-end: max entries (0 = default) */
+    uint64_t limit_mem;            /* memory back-end: max bytes (0 = no byte limit) */
+};
+void engine_dedup_get(struct engine *e, struct engine_dedup_config *out);
+/* Validates, persists, then switches: writes in flight finish under the old settings, later
+ * ones use the new. -EINVAL for a bad combination (unknown backend, bad chunk size). */
+int engine_dedup_set(struct engine *e, const struct engine_dedup_config *cfg);
+
+struct engine_index_usage {
+    uint64_t entries;
+    uint64_t bytes;       /* exact memory of the memory back-end, or on-disk size of `hash` */
+    uint64_t limit_nr;
+    uint64_t limit_mem;
+    uint64_t evictions;
+};
+void engine_index_usage(struct engine *e, struct engine_index_usage *out);
+
+/* ---- export catalogue ---- */
+
+struct engine_export_info {
+    uint32_t id;
+    char name[DEDUPD_EXPORT_NAME_MAX + 1];
+    uint64_t size;
+    uint32_t chunk_size;
+    bool dedup;
+    bool read_only;
+    uint32_t parent_id;
+    uint32_t open_handles; /* NBD connections using it now */
+};
+
+#define ENGINE_EXPORT_NO_DEDUP  (1u << 0)
+#define ENGINE_EXPORT_READ_ONLY (1u << 1)
+
+/* chunk_size 0 = the dedup default. -EEXIST, -EINVAL (name, size, chunk size). */
+int engine_export_create(struct engine *e, const char *name, uint64_t size, uint32_t chunk_size,
+                         unsigned flags, struct engine_export_info *out);
+/* New export sharing every chunk of src (refcounts +1), inheriting its dedup property and
+ * chunk size. -ENOENT, -EEXIST. */
+int engine_export_clone(struct engine *e, const char *src, const char *name,
+                        struct engine_export_info *out);
+/* -EBUSY while handles are open; frees its map and chunk references. */
+int engine_export_delete(struct engine *e, const char *name);
+/* "" selects the default export. -ENOENT. */
+int engine_export_lookup(struct engine *e, const char *name, struct engine_export_info *out);
+/* *out is a malloc'd array the caller frees. */
+int engine_export_list(struct engine *e, struct engine_export_info **out, size_t *n);
+int engine_export_set_dedup(struct engine *e, const char *name, bool dedup);
+/* Name of the default export ("" resolves to it). */
+const char *engine_default_export(struct engine *e);
+
+/* Handles keep an export from being deleted. "" = the default export. -ENOENT. */
+int engine_export_open(struct engine *e, const char *name, struct engine_export **out);
+void engine_export_close(struct engine_export *ex); /* NULL is fine */
+/* Snapshot of the export's info. */
+void engine_export_get_info(const struct engine_export *ex, struct engine_export_info *out);
+
+/* ---- block I/O: worker threads only; may block ---- */
+
+#define ENGINE_FUA     (1u << 0) /* durable before return (invariant 4) */
+#define ENGINE_NO_HOLE (1u << 1) /* zero: keep allocation (we still store nothing) */
+
+/* Range errors: -EINVAL past the end of the export. -EROFS on a read-only export.
+ * -EUCLEAN when a chunk's bytes are corrupt on disk, -EIO, -ENOSPC. */
+int engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf);
+int engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *buf,
+                 unsigned flags);
+int engine_trim(struct engine_export *ex, uint64_t off, uint64_t len, unsigned flags);
+int engine_zero(struct engine_export *ex, uint64_t off, uint64_t len, unsigned flags);
+/* Makes every write completed before the call durable, on every export (multi-conn safe). */
+int engine_flush(struct engine *e);
+
+/* Describes [off, off+len) as runs, in order, covering it exactly unless cap runs out
+ * (then the last run ends early). Flags per run: */
+#define ENGINE_EXT_HOLE   (1u << 0) /* unmapped: reads as zeros, nothing stored */
+#define ENGINE_EXT_ZERO   (1u << 1) /* reads as zeros */
+#define ENGINE_EXT_SHARED (1u << 2) /* mapped chunk(s) with refs > 1 */
+struct engine_extent {
+    uint64_t len;
+    uint32_t flags;
+};
+/* Returns the number of runs written (>= 1), or -errno. */
+int engine_extents(struct engine_export *ex, uint64_t off, uint64_t len,
+                   struct engine_extent *ext, size_t cap);
+
+/* ---- the async door (loop thread) ---- */
+
+enum engine_op {
+    ENGINE_OP_READ,
+    ENGINE_OP_WRITE,
+    ENGINE_OP_TRIM,
+    ENGINE_OP_ZERO,
+    ENGINE_OP_FLUSH,
+    ENGINE_OP_EXTENTS,
+    ENGINE_OP_FN, /* run fn(arg) on a worker: control commands */
+};
+
+struct engine_req {
+    /* in */
+    enum engine_op op;
+    struct engine *engine;
+    struct engine_export *ex; /* I/O ops */
+    uint64_t off;
+    uint64_t len;
+    void *buf;                /* READ: filled; WRITE: borrowed until done */
+    unsigned flags;
+    struct engine_extent *ext; /* EXTENTS: caller's array of ext_cap */
+    size_t ext_cap;
+    int (*fn)(void *arg);      /* FN */
+    void *arg;
+    void (*done)(struct engine_req *req); /* loop thread, exactly once */
+    void *user;
+    /* out */
+    int result; /* 0, a count (EXTENTS) or -errno */
+    /* private */
+    uv_work_t work;
+};
+
+/* Loop thread only. Queues req on the worker pool; req->done runs on the loop thread after.
+ * A negative return means done never runs. The request memory is the caller's until done. */
+int engine_submit(uv_loop_t *loop, struct engine_req *req);
+
+/* ---- counters ---- */
+
+struct engine_stats {
+    uint64_t logical_bytes;  /* bytes of mapped (non-zero) chunks, as seen by clients */
+    uint64_t zero_bytes;     /* bytes written as zeros (not stored) */
+    uint64_t unique_bytes;   /* raw bytes of live chunks (total only; per export: owned) */
+    uint64_t disk_bytes;     /* segment files (total only) */
+    uint64_t dedup_hits, dedup_misses;
+    uint64_t verify_compares, verify_mismatches;
+    uint64_t rmw_count;
+    uint64_t bytes_written, bytes_read;
+};
+/* export NULL = totals. -ENOENT for an unknown export. */
+int engine_stats(struct engine *e, const char *export_name, struct engine_stats *out);
+
+#endif

@@ -1,0 +1,77 @@
+/* meta: the RocksDB database under DATA_DIR/db with dedupd's column families.
+ * Owns: the rocksdb handle, its options, the column family handles. No header outside
+ * meta/ mentions rocksdb_; callers see column families as enum meta_cf and keys/values as
+ * bytes encoded by meta/keys.h. RocksDB errors become -EIO plus one log line here.
+ * Threads: any thread, concurrently (RocksDB is thread-safe); calls may block on disk,
+ * so never the loop thread. */
+#ifndef DD_META_META_H
+#define DD_META_META_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum meta_cf {
+    META_CF_MAP = 0, /* (export id, chunk idx) -> chunk id: the block maps */
+    META_CF_CHUNK,   /* chunk id -> struct meta_chunk_rec: the extent tree with refcounts */
+    META_CF_HASH,    /* (hash alg, hash) -> chunk id: the on-disk dedup back-end */
+    META_CF_REV,     /* (segment, offset) -> chunk id: what lives where */
+    META_CF_EXPORT,  /* export id -> struct meta_export_rec: the export catalogue */
+    META_CF_META,    /* name -> value: format version, dedup settings, counters, segments */
+    META_CF__COUNT,
+};
+
+struct meta;       /* opaque */
+struct meta_batch; /* opaque: a RocksDB write batch */
+struct meta_iter;  /* opaque: an iterator over one column family */
+
+struct meta_options {
+    uint64_t block_cache_bytes; /* shared LRU block cache; 0 = default (64 MiB) */
+    bool create_if_missing;     /* false: a missing database is -ENOENT */
+    bool read_only;             /* open for check/inspection; writes fail with -EROFS */
+};
+
+/* 0 or -errno. -ENOENT: no database and !create_if_missing. -EPROTO: the directory holds a
+ * database of another program or a newer DEDUPD_FORMAT_VERSION (logged; nothing touched).
+ * On success *out is the caller's; release it with meta_close(). */
+int meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out);
+void meta_close(struct meta *m); /* NULL is fine */
+
+/* Point read. Returns the value length (which may exceed cap: then only cap bytes were
+ * copied), -ENOENT when absent, -EIO on a database error. */
+ssize_t meta_get(struct meta *m, enum meta_cf cf, const void *key, size_t klen, void *val,
+                 size_t cap);
+
+/* Batches: every index change of one logical operation goes into one batch (invariant 3).
+ * meta_batch_new returns NULL only on out-of-memory. A batch belongs to one thread. */
+struct meta_batch *meta_batch_new(void);
+void meta_batch_free(struct meta_batch *b); /* NULL is fine */
+void meta_batch_clear(struct meta_batch *b);
+void meta_batch_put(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen,
+                    const void *val, size_t vlen);
+void meta_batch_delete(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen);
+size_t meta_batch_count(const struct meta_batch *b);
+/* Writes the batch atomically; b stays the caller's. With sync the WAL is fsynced first. */
+int meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync);
+
+/* Makes every committed batch durable (WAL fsync). Invariant 4: call after the segment
+ * data those batches reference is durable. */
+int meta_sync(struct meta *m);
+
+/* Iterators see a consistent snapshot taken at meta_iter_new. NULL on out-of-memory. */
+struct meta_iter *meta_iter_new(struct meta *m, enum meta_cf cf);
+void meta_iter_free(struct meta_iter *it); /* NULL is fine */
+void meta_iter_seek(struct meta_iter *it, const void *key, size_t klen); /* first >= key */
+void meta_iter_seek_first(struct meta_iter *it);
+bool meta_iter_valid(const struct meta_iter *it);
+void meta_iter_next(struct meta_iter *it);
+/* Borrowed until the iterator moves or is freed. */
+const void *meta_iter_key(const struct meta_iter *it, size_t *klen);
+const void *meta_iter_value(const struct meta_iter *it, size_t *vlen);
+/* 0, or -EIO when iteration stopped on a database error rather than the end. */
+int meta_iter_status(const struct meta_iter *it);
+
+/* Approximate on-disk bytes of one column family (SST + memtables), for stats/estimates. */
+uint64_t meta_cf_size(struct meta *m, enum meta_cf cf);
+
+#endif

@@ -1,0 +1,33 @@
+/* nbd: the NBD server — listeners (TCP, Unix), fixed-newstyle handshake, transmission
+ * phase with structured replies and meta contexts. Parses every byte from the network and
+ * turns requests into engine_submit() calls; replies go out as they complete.
+ * Owns: listening sockets, connections and their buffers.
+ * Threads: loop thread only. */
+#ifndef DD_NBD_NBD_H
+#define DD_NBD_NBD_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+struct engine;
+struct nbd_server; /* opaque */
+
+struct nbd_limits {
+    uint32_t max_connections;      /* 0 = 256 */
+    uint32_t max_inflight;         /* requests in flight per connection; 0 = 64 */
+    uint64_t max_inflight_bytes;   /* payload bytes in flight per connection; 0 = 128 MiB */
+};
+
+/* Starts listening on each address ("HOST:PORT", "[V6]:PORT" or "unix:PATH").
+ * 0 or -errno (an address that fails to bind is logged with its name).
+ * engine is borrowed until nbd_server_stop's callback. */
+int nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *listen,
+                     size_t n_listen, const struct nbd_limits *limits, struct nbd_server **out);
+/* Stops accepting, disconnects clients after their in-flight requests complete, then calls
+ * done (loop thread) and frees the server. */
+void nbd_server_stop(struct nbd_server *srv, void (*done)(void *arg), void *arg);
+/* Number of open client connections (for status). */
+uint32_t nbd_server_connections(const struct nbd_server *srv);
+
+#endif

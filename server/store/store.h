@@ -1,0 +1,179 @@
+/* store: the chunk store — append-only segment log under DATA_DIR/segments/ plus the chunk,
+ * rev and map bookkeeping in meta, with refcounts and freeing at zero.
+ * Owns: segment files and their fds, the data directory lock, chunk id allocation, the
+ * commit lock that serializes transactions, per-segment live/dead byte accounting,
+ * background compaction.
+ * Knows nothing of NBD, exports' semantics beyond their map keys, or hashing policy: the
+ * caller supplies hashes; the store records them and deletes `hash` entries naming a freed
+ * chunk.
+ * Threads: any worker thread; never the loop thread (calls may block on disk). */
+#ifndef DD_STORE_STORE_H
+#define DD_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dedupd/limits.h"
+
+struct meta;
+struct meta_batch;
+
+enum store_codec {
+    STORE_CODEC_RAW = 0,
+    STORE_CODEC_ZSTD = 1, /* reserved: compression on hash miss (not yet written) */
+    STORE_CODEC_LZ4 = 2,  /* reserved */
+};
+
+struct store; /* opaque */
+
+struct store_options {
+    uint64_t seg_bytes;          /* seal the active segment at this size; 0 = 256 MiB */
+    uint64_t block_cache_bytes;  /* RocksDB block cache; 0 = 64 MiB */
+    double compact_live_ratio;   /* compact sealed segments whose live fraction is below; 0 = 0.5 */
+    uint64_t compact_bytes_per_sec; /* background compaction I/O bound; 0 = 64 MiB/s */
+    bool background_compaction;  /* start the compaction thread at open */
+    bool read_only;              /* check/scrub of a directory without changing it */
+};
+
+/* Opens (creating if absent) DATA_DIR: takes DATA_DIR/dedupd.lock (-EBUSY if another
+ * process holds it), opens meta at DATA_DIR/db, recovers the active segment tail
+ * (truncating torn or unindexed records; invariants 1-3 hold afterwards).
+ * -EPROTO: newer format or not a dedupd directory (logged; nothing touched).
+ * On success *out is the caller's; release with store_close(). */
+int store_open(const char *data_dir, const struct store_options *opt, struct store **out);
+/* Stops compaction, syncs, closes files and meta, releases the lock. NULL is fine. */
+void store_close(struct store *st);
+/* The metadata database, for the index back-end and the export catalogue. Borrowed. */
+struct meta *store_meta(struct store *st);
+
+/* ---- reading ---- */
+
+struct store_chunk_info {
+    uint64_t id;
+    uint32_t seg;
+    uint64_t off;
+    uint32_t raw_len;
+    uint32_t stored_len;
+    uint8_t codec;
+    uint8_t hash_alg;
+    uint8_t hash_len;
+    uint64_t refs;
+    uint8_t hash[DEDUPD_HASH_MAX_LEN];
+};
+
+/* 0, -ENOENT (no such live chunk), -EIO. */
+int store_chunk_get(struct store *st, uint64_t chunk_id, struct store_chunk_info *out);
+/* Reads a live chunk's raw bytes into buf (cap >= raw_len). Safe against concurrent
+ * compaction moving the record. Returns raw_len, -ENOENT, -EUCLEAN (CRC mismatch: logged
+ * with segment and offset; never wrong bytes), -EIO. */
+ssize_t store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap);
+
+/* Block map lookups. 0 and *chunk_id, or -ENOENT when unmapped (reads as zeros). */
+int store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id);
+/* Calls fn for each mapped chunk index in [first, first + count) in ascending order; stops
+ * early and returns fn's value if fn returns non-zero. 0 or -errno. */
+int store_map_scan(struct store *st, uint32_t export_id, uint64_t first, uint64_t count,
+                   int (*fn)(void *arg, uint64_t chunk_idx, uint64_t chunk_id), void *arg);
+
+/* ---- writing: transactions ---- */
+
+/* A transaction holds the store's commit lock from begin to commit/abort, so look-ups made
+ * inside it (hash index, refcounts) cannot race with frees. Keep it short: hash before
+ * beginning. Changes are applied to RocksDB in ONE batch at commit (invariant 3), after the
+ * segment bytes appended inside it have been written (not yet synced). */
+struct store_txn; /* opaque */
+
+/* 0 or -errno; on success *out must be committed or aborted by the same thread. */
+int store_txn_begin(struct store *st, struct store_txn **out);
+/* Appends a record for a new chunk (refs start at 0; map_set/ref add them) and returns its
+ * new, never reused id. hash may be NULL with hash_alg 0 (dedup off). -ENOSPC when the disk
+ * is full (the transaction is then unusable: abort it). */
+int store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
+                        size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id);
+/* Points (export, chunk_idx) at chunk_id, or unmaps it when chunk_id is 0; the new chunk
+ * gains a reference and the old one (if any) loses one, all at commit. Sees earlier
+ * map_set calls of the same transaction. */
+int store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
+                      uint64_t chunk_id);
+/* Raw reference change for holders other than map entries (clones, tests). */
+int store_txn_ref(struct store_txn *tx, uint64_t chunk_id, int64_t delta);
+/* Live info of a chunk as this transaction would leave it (refs include pending deltas). */
+int store_txn_chunk_get(struct store_txn *tx, uint64_t chunk_id, struct store_chunk_info *out);
+/* The batch that commit will write, for callers (the rocksdb hash back-end) that add their
+ * own entries to the same atomic write. Borrowed until commit/abort. */
+struct meta_batch *store_txn_batch(struct store_txn *tx);
+
+/* Called once per chunk whose refcount reaches zero, before the batch is written; the
+ * chunk's `chunk` and `rev` entries and a `hash` entry naming it are deleted by the store
+ * in the same batch, and its bytes are counted dead in its segment. */
+typedef void (*store_freed_fn)(void *arg, const struct store_chunk_info *freed);
+/* Writes everything in one batch and releases the commit lock, success or not; tx is
+ * freed. 0 or -errno (then nothing of the batch is visible; appended records are dead). */
+int store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg);
+void store_txn_abort(struct store_txn *tx); /* releases the lock, frees tx; NULL is fine */
+
+/* Invariant 4: segment fdatasync first, then the RocksDB WAL sync. Every transaction
+ * committed before the call is durable when it returns 0. */
+int store_sync(struct store *st);
+
+/* ---- accounting ---- */
+
+struct store_stats {
+    uint64_t chunks;          /* live chunks */
+    uint64_t chunks_shared;   /* live chunks with refs > 1 */
+    uint64_t raw_bytes;       /* sum of raw_len of live chunks (unique bytes stored) */
+    uint64_t stored_bytes;    /* sum of stored_len of live chunks */
+    uint64_t disk_bytes;      /* bytes of all segment files */
+    uint64_t dead_bytes;      /* record bytes in segments no longer live */
+    uint64_t segments;
+    uint64_t meta_bytes;      /* RocksDB size on disk */
+    uint64_t compactions;     /* segments compacted since open */
+};
+int store_stats(struct store *st, struct store_stats *out);
+
+/* ---- maintenance: compaction, check, scrub ---- */
+
+struct store_progress {
+    uint64_t done;  /* units done (bytes or entries, as the operation says) */
+    uint64_t total; /* 0 when unknown */
+};
+/* Called from the working thread; returning non-zero cancels the operation (-ECANCELED). */
+typedef int (*store_progress_fn)(void *arg, const struct store_progress *p);
+
+struct store_compact_result {
+    uint64_t segments_compacted;
+    uint64_t bytes_moved;
+    uint64_t bytes_reclaimed;
+};
+/* Compacts now every sealed segment below the live threshold (force: every segment with any
+ * dead bytes). Blocks until done. 0 or -errno. */
+int store_compact(struct store *st, bool force, store_progress_fn progress, void *arg,
+                  struct store_compact_result *out);
+
+/* One problem found by check or scrub, as a line of text with context. */
+typedef void (*store_finding_fn)(void *arg, const char *finding);
+
+struct store_check_result {
+    uint64_t map_entries, chunks, hash_entries, rev_entries;
+    uint64_t problems;  /* invariant violations found */
+    uint64_t repaired;  /* fixed because repair was asked and the fix is safe */
+};
+/* Proves invariants 1-3 from the metadata: recomputes refcounts from `map` (and other
+ * holders), checks every chunk has its rev and every hash entry names a live chunk with that
+ * hash. With repair, fixes what is safely fixable (refcounts, dangling hash/rev entries). */
+int store_check(struct store *st, bool repair, store_progress_fn progress,
+                store_finding_fn finding, void *arg, struct store_check_result *out);
+
+struct store_scrub_result {
+    uint64_t chunks, bytes;
+    uint64_t crc_errors;  /* -EUCLEAN */
+    uint64_t hash_errors; /* bytes read fine but hash to something else */
+    uint64_t io_errors;
+};
+/* Reads every live record, verifies CRC and hash (SHA-256 / xxh3-128 as recorded). */
+int store_scrub(struct store *st, store_progress_fn progress, store_finding_fn finding,
+                void *arg, struct store_scrub_result *out);
+
+#endif
