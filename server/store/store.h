@@ -77,6 +77,10 @@ int store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint
 int store_map_scan(struct store *st, uint32_t export_id, uint64_t first, uint64_t count,
                    int (*fn)(void *arg, uint64_t chunk_idx, uint64_t chunk_id), void *arg);
 
+/* Chunks currently mapped by one export (maintained by map_set; persisted), for its
+ * logical-bytes counter. 0 or -errno. */
+int store_export_mapped(struct store *st, uint32_t export_id, uint64_t *chunks);
+
 /* ---- writing: transactions ---- */
 
 /* A transaction holds the store's commit lock from begin to commit/abort, so look-ups made
