@@ -5,14 +5,21 @@
  * ends with a flush, so the time includes making it durable. Single writer thread: it
  * measures the per-request path (hashing, index, one transaction per request), not
  * parallelism. Results feed docs/engine.md.
- * Usage: engine_bench [--mib N] [--req BYTES] [--dir DIR] [--hash sha256|xxh3] */
+ * With --images A,B,..., it instead writes those image files (engine_images.sh builds a
+ * set) into one export each, at every chunk size, and reports the dedup ratio the engine
+ * reaches: logical non-zero bytes / unique bytes stored.
+ * Usage: engine_bench [--mib N] [--req BYTES] [--dir DIR] [--hash sha256|xxh3]
+ *        engine_bench --images A,B,... [--dir DIR] */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "util/hash.h"
@@ -118,6 +125,91 @@ run_one(const char *base, const char *backend, enum dedupd_hash_alg alg, uint32_
     return rc;
 }
 
+/* Writes every image into its own export at chunk size cs; prints the ratio row. */
+static int
+run_images(const char *base, uint32_t cs, char **imgs, int nimg)
+{
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/engine-bench-XXXXXX", base);
+    if (!mkdtemp(dir)) {
+        perror("engine_bench: mkdtemp");
+        return -1;
+    }
+    struct engine_options o = {.data_dir = dir};
+    struct engine *e = NULL;
+    int rc = engine_open(&o, &e);
+    const uint32_t req = 1u << 20;
+    uint8_t *buf = malloc(req);
+    uint64_t total = 0;
+    double t0 = now_s();
+    for (int i = 0; rc == 0 && i < nimg; i++) {
+        int fd = open(imgs[i], O_RDONLY);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) < 0 || !buf) {
+            fprintf(stderr, "engine_bench: %s: %s\n", imgs[i], strerror(errno));
+            rc = -EIO;
+            if (fd >= 0)
+                close(fd);
+            break;
+        }
+        char name[32];
+        snprintf(name, sizeof(name), "img%d", i);
+        uint64_t size = ((uint64_t) sb.st_size + cs - 1) / cs * cs;
+        struct engine_export *ex = NULL;
+        rc = engine_export_create(e, name, size, cs, 0, NULL);
+        if (rc == 0)
+            rc = engine_export_open(e, name, &ex);
+        for (uint64_t off = 0; rc == 0 && off < (uint64_t) sb.st_size; off += req) {
+            ssize_t n = pread(fd, buf, req, (off_t) off);
+            if (n <= 0) {
+                rc = -EIO;
+                break;
+            }
+            rc = engine_write(ex, off, (uint32_t) n, buf, 0);
+            total += (uint64_t) n;
+        }
+        engine_export_close(ex);
+        close(fd);
+    }
+    if (rc == 0)
+        rc = engine_flush(e);
+    double t = now_s() - t0;
+    struct engine_stats s;
+    if (rc == 0 && engine_stats(e, NULL, &s) == 0) {
+        double mib = 1 << 20;
+        printf("| %7u KiB | %8.1f | %8.1f | %8.1f | %5.2f | %7.1f |\n", cs >> 10,
+               (double) s.logical_bytes / mib, (double) s.unique_bytes / mib,
+               (double) s.zero_bytes / mib,
+               s.unique_bytes ? (double) s.logical_bytes / (double) s.unique_bytes : 0.0,
+               (double) total / mib / t);
+        fflush(stdout);
+    } else if (rc < 0) {
+        fprintf(stderr, "engine_bench: images at chunk %u: %s\n", cs, strerror(-rc));
+    }
+    free(buf);
+    engine_close(e);
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
+
+static int
+images_main(const char *base, char *list)
+{
+    char *imgs[16];
+    int n = 0;
+    for (char *tok = strtok(list, ","); tok && n < 16; tok = strtok(NULL, ","))
+        imgs[n++] = tok;
+    if (n == 0)
+        return 2;
+    printf("engine_bench: dedup ratio over %d images (sha256, rocksdb back-end)\n\n", n);
+    printf("| chunk | logical MiB | unique MiB | zero MiB | ratio | MiB/s |\n");
+    printf("|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t c = 0; c < sizeof(chunk_sizes) / sizeof(chunk_sizes[0]); c++)
+        if (run_images(base, chunk_sizes[c], imgs, n) < 0)
+            return 1;
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -125,11 +217,14 @@ main(int argc, char **argv)
     uint32_t req = 256u << 10; /* a typical file-system request */
     const char *base = "/tmp";
     enum dedupd_hash_alg alg = DEDUPD_HASH_SHA256;
+    char *images = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mib") && i + 1 < argc)
             mib = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--req") && i + 1 < argc)
             req = (uint32_t) strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--images") && i + 1 < argc)
+            images = argv[++i];
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
             base = argv[++i];
         else if (!strcmp(argv[i], "--hash") && i + 1 < argc) {
@@ -138,8 +233,10 @@ main(int argc, char **argv)
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: %s [--mib N] [--req BYTES] [--dir DIR] [--hash ALG]\n",
-                    argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--mib N] [--req BYTES] [--dir DIR] [--hash ALG]\n"
+                    "       %s --images A,B,... [--dir DIR]\n",
+                    argv[0], argv[0]);
             return 2;
         }
     }
@@ -148,6 +245,8 @@ main(int argc, char **argv)
         return 2;
     }
     log_set_level(LOG_LEVEL_WARN);
+    if (images)
+        return images_main(base, images);
     uint64_t len = mib << 20;
     uint8_t *data = malloc(len);
     if (!data)
