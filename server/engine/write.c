@@ -378,7 +378,18 @@ engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *b
         const uint32_t cs = xs->rec.chunk_size;
         struct engine_chunkrange r;
         engine__chunklock_acquire(&xs->lock, &r, off / cs, (off + len - 1) / cs, true);
-        int rc = engine__write_locked(e, xs, off, len, buf, true);
+        /* NBD payloads fit one transaction; a longer call is cut on chunk boundaries into
+         * several (each atomic; together atomic to readers, who wait for the range). */
+        const uint64_t slice = (uint64_t) (ENGINE_MAX_REQ_CHUNKS - 1) * cs;
+        int rc = 0;
+        for (uint64_t done = 0; rc == 0 && done < len;) {
+            uint64_t pos = off + done;
+            uint64_t n = slice - pos % cs;
+            if (n > len - done)
+                n = len - done;
+            rc = engine__write_locked(e, xs, pos, n, (const uint8_t *) buf + done, true);
+            done += n;
+        }
         engine__chunklock_release(&xs->lock, &r);
         if (rc < 0)
             return rc;

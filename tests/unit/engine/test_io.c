@@ -277,3 +277,21 @@ Test(io, extents_report_holes_data_and_shared_runs)
     cr_assert_eq(ext[1].len, CS);
     fx_close(&f);
 }
+
+Test(io, writes_longer_than_one_transaction_are_split)
+{
+    struct fx f;
+    fx_open(&f);
+    const uint32_t len = DEDUPD_NBD_MAX_PAYLOAD + 3 * CS + 100;
+    uint8_t *data = malloc(len), *got = malloc(len);
+    fx_fill(data, len, 13);
+    cr_assert_eq(engine_write(f.ex, 100, len, data, 0), 0);
+    cr_assert_eq(engine_read(f.ex, 100, len, got), 0);
+    cr_assert(!memcmp(data, got, len));
+    struct engine_stats s = stats_of(&f);
+    cr_assert_eq(s.rmw_count, 2, "only the two ends are partial");
+    cr_assert_eq(s.logical_bytes, (uint64_t) (len + 100 + CS - 1) / CS * CS);
+    free(data);
+    free(got);
+    fx_close(&f);
+}
