@@ -19,14 +19,15 @@ struct fx {
 void fx_open(struct fx *f);
 /* Closes the handle and the engine, opens both again on the same directory. */
 void fx_reopen(struct fx *f);
-/* Closes everything, asserts the store's check finds no problem, removes the directory. */
+/* Runs fx_check, closes everything, removes the directory. */
 void fx_close(struct fx *f);
 
 /* Deterministic, non-zero bytes for seed. */
 void fx_fill(void *buf, size_t n, uint32_t seed);
 /* Live chunks in the store. */
 uint64_t fx_chunks(struct fx *f);
-/* Asserts store_check reports no problem. */
+/* Asserts invariants 1 and 2 over the metadata (refcounts = map entries; hash entries
+ * name live chunks with that hash). */
 void fx_check(struct fx *f);
 /* Sets one dedup setting field via a callback on a copy of the current config. */
 void fx_set_backend(struct fx *f, const char *backend);
