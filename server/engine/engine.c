@@ -36,7 +36,10 @@ engine_open(const struct engine_options *opt, struct engine **out)
         .compact_bytes_per_sec = opt->compact_bytes_per_sec,
         .background_compaction = opt->background_compaction,
     };
-    int rc = store_open(opt->data_dir, &so, &e->st);
+    int rc = engine__hashpool_start(&e->hp);
+    if (rc < 0)
+        goto fail;
+    rc = store_open(opt->data_dir, &so, &e->st);
     if (rc < 0)
         goto fail;
     e->m = store_meta(e->st);
@@ -61,6 +64,7 @@ engine_close(struct engine *e)
     engine__catalog_fini(e);
     engine__settings_fini(e);
     store_close(e->st);
+    engine__hashpool_stop(e->hp);
     pthread_rwlock_destroy(&e->settings_lock);
     pthread_mutex_destroy(&e->cat_mu);
     pthread_mutex_destroy(&e->set_mu);

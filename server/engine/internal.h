@@ -103,8 +103,18 @@ struct engine {
     char default_name[DEDUPD_EXPORT_NAME_MAX + 1];
 
     struct engine_counters total;
-    engine_hash_fn hash_fn; /* hash_compute, or a test's override */
+    engine_hash_fn hash_fn;     /* hash_compute, or a test's override */
+    struct engine_hashpool *hp; /* helper threads for hashing large requests */
+    _Atomic uint32_t hashing;   /* write requests in their hashing step now */
 };
+
+/* hashpool.c: fn(arg, i) for every i in [0, n) on this thread and the pool's helpers;
+ * returns when all ran. hp NULL (one core) runs them inline. */
+struct engine_hashpool;
+int engine__hashpool_start(struct engine_hashpool **out);
+void engine__hashpool_stop(struct engine_hashpool *hp);
+void engine__hashpool_run(struct engine_hashpool *hp, uint32_t n, void (*fn)(void *arg, uint32_t i),
+                          void *arg);
 
 /* settings.c */
 int engine__settings_load(struct engine *e);
