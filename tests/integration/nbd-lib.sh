@@ -5,8 +5,8 @@
 #   nbd_server_stop             SIGTERM, bounded wait, exit code 0 required
 #   py FILE ARGS...             run a Python script with the system python3 (python3-libnbd)
 #   run_nbdsh ARGS...           nbdsh with that python3
-# The server under test is dedupd, or — when NBD_TESTSRV names it — nbd_testsrv, the NBD
-# module on the in-memory fake engine (for testing the protocol before the engine exists).
+# The server under test is dedupd, or — when NBD_TESTSRV names it — nbd_testsrv (the NBD
+# module on the in-memory fake engine) or nbd_enginesrv (on the real engine, in DD_DIR).
 
 NBD_PY=/usr/bin/python3
 NBD_SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,7 +24,8 @@ nbd_server_start() {
     if [ -n "${NBD_TESTSRV:-}" ]; then
         DD_PORT=$(free_port)
         DD_SOCK="$TEST_TMP/nbd.sock"
-        "$NBD_TESTSRV" -l "127.0.0.1:$DD_PORT" -l "unix:$DD_SOCK" -e default:1G \
+        mkdir -p "$DD_DIR"
+        "$NBD_TESTSRV" -d "$DD_DIR" -l "127.0.0.1:$DD_PORT" -l "unix:$DD_SOCK" -e default:1G \
             -e ro:16M:4K:ro --log-level "${DD_LOG_LEVEL:-info}" "$@" \
             >>"$TEST_TMP/dedupd.log" 2>&1 &
         DD_PID=$!
