@@ -188,6 +188,69 @@ on_handler_done(struct engine_req *req)
         call->conn = NULL;
         ctl__call_ended(conn);
     }
+    ctl__call_close(call);
+}
+
+int
+ctl__decode(const uint8_t *msg, size_t len, Dedupd__Request **out, ctl_cmd_fn *fn,
+            const char **name, char *why, size_t cap)
+{
+    Dedupd__Request *req = dedupd__request__unpack(NULL, len, msg);
+    if (!req) {
+        snprintf(why, cap, "malformed request: not a dedupd control Request");
+        return -EBADMSG;
+    }
+    if (req->version != DEDUPD_CTL_PROTO_VERSION) {
+        snprintf(why, cap,
+                 "unsupported protocol version %u (this server speaks version %d); use a "
+                 "dedupd-ctl of the same release",
+                 req->version, DEDUPD_CTL_PROTO_VERSION);
+        dedupd__request__free_unpacked(req, NULL);
+        return -EPROTONOSUPPORT;
+    }
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (cmds[i].cmd == req->cmd_case) {
+            *out = req;
+            *fn = cmds[i].fn;
+            *name = cmds[i].name;
+            return 0;
+        }
+    }
+    dedupd__request__free_unpacked(req, NULL);
+    snprintf(why, cap, "unknown command (is dedupd older than dedupd-ctl?)");
+    return -EOPNOTSUPP;
+}
+
+struct ctl_call *
+ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn, Dedupd__Request *req,
+              ctl_cmd_fn fn, const char *name)
+{
+    struct ctl_call *call = calloc(1, sizeof(*call));
+    if (!call) {
+        dedupd__request__free_unpacked(req, NULL);
+        return NULL;
+    }
+    call->srv = srv;
+    call->conn = conn;
+    call->req = req;
+    call->fn = fn;
+    call->name = name;
+    dedupd__response__init(&call->resp);
+    call->resp.version = DEDUPD_CTL_PROTO_VERSION;
+    pthread_mutex_init(&call->lock, NULL);
+    atomic_init(&call->cancelled, false);
+    call->nbd_connections = srv->nbd ? nbd_server_connections(srv->nbd) : 0;
+    uv_async_init(srv->loop, &call->async, on_progress);
+    call->async.data = call;
+    srv->n_calls++;
+    return call;
+}
+
+void
+ctl__call_close(struct ctl_call *call)
+{
+    call->finished = true;
+    call->conn = NULL;
     uv_close((uv_handle_t *) &call->async, on_async_closed);
 }
 
@@ -206,60 +269,28 @@ bool
 ctl__dispatch(struct ctl_conn *conn, const uint8_t *msg, size_t len)
 {
     struct ctl_server *srv = conn->srv;
-    Dedupd__Request *req = dedupd__request__unpack(NULL, len, msg);
-    if (!req)
-        return refuse(conn, -EBADMSG, "malformed request: not a dedupd control Request");
-    char m[160];
-    if (req->version != DEDUPD_CTL_PROTO_VERSION) {
-        snprintf(m, sizeof(m),
-                 "unsupported protocol version %u (this server speaks version %d); use a "
-                 "dedupd-ctl of the same release",
-                 req->version, DEDUPD_CTL_PROTO_VERSION);
-        dedupd__request__free_unpacked(req, NULL);
-        return refuse(conn, -EPROTONOSUPPORT, m);
-    }
-    const struct cmd *cmd = NULL;
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-        if (cmds[i].cmd == req->cmd_case)
-            cmd = &cmds[i];
-    if (!cmd) {
-        dedupd__request__free_unpacked(req, NULL);
-        return refuse(conn, -EOPNOTSUPP, "unknown command (is dedupd older than dedupd-ctl?)");
-    }
-
-    struct ctl_call *call = calloc(1, sizeof(*call));
-    if (!call) {
-        dedupd__request__free_unpacked(req, NULL);
+    Dedupd__Request *req;
+    ctl_cmd_fn fn;
+    const char *name;
+    char m[192];
+    int rc = ctl__decode(msg, len, &req, &fn, &name, m, sizeof(m));
+    if (rc < 0)
+        return refuse(conn, rc, m);
+    struct ctl_call *call = ctl__call_new(srv, conn, req, fn, name);
+    if (!call)
         return refuse(conn, -ENOMEM, "server out of memory");
-    }
-    call->srv = srv;
-    call->conn = conn;
-    call->req = req;
-    call->fn = cmd->fn;
-    call->name = cmd->name;
-    dedupd__response__init(&call->resp);
-    call->resp.version = DEDUPD_CTL_PROTO_VERSION;
-    pthread_mutex_init(&call->lock, NULL);
-    atomic_init(&call->cancelled, false);
-    call->nbd_connections = srv->nbd ? nbd_server_connections(srv->nbd) : 0;
-    uv_async_init(srv->loop, &call->async, on_progress);
-    call->async.data = call;
-    srv->n_calls++;
-
     call->ereq.op = ENGINE_OP_FN;
     call->ereq.engine = srv->engine;
     call->ereq.fn = run_handler;
     call->ereq.arg = call;
     call->ereq.done = on_handler_done;
     call->ereq.user = call;
-    log_debug("ctl: %s", cmd->name);
-    int rc = engine_submit(srv->loop, &call->ereq);
+    log_debug("ctl: %s", name);
+    rc = engine_submit(srv->loop, &call->ereq);
     if (rc < 0) {
         /* done never runs: answer here and let the async close free the call. */
-        call->finished = true;
-        call->conn = NULL;
-        uv_close((uv_handle_t *) &call->async, on_async_closed);
-        snprintf(m, sizeof(m), "cannot queue %s: %s", cmd->name, strerror(-rc));
+        ctl__call_close(call);
+        snprintf(m, sizeof(m), "cannot queue %s: %s", name, strerror(-rc));
         return refuse(conn, rc, m);
     }
     conn->call = call;

@@ -109,6 +109,17 @@ void ctl__call_freed(struct ctl_server *srv);
  * call was started (the connection waits for ctl__call_ended), false when the reply was
  * sent at once (error or bad request). */
 bool ctl__dispatch(struct ctl_conn *conn, const uint8_t *msg, size_t len);
+/* Any thread. Decodes and checks one request: 0 with *out (free with
+ * dedupd__request__free_unpacked, or hand to ctl__call_new) and the command's handler and
+ * name; or -EBADMSG / -EPROTONOSUPPORT / -EOPNOTSUPP with the reason in why. */
+int ctl__decode(const uint8_t *msg, size_t len, Dedupd__Request **out, ctl_cmd_fn *fn,
+                const char **name, char *why, size_t cap);
+/* Loop thread. A call for req (taken, freed with the call; also on failure), or NULL on
+ * out of memory. Counted in srv->n_calls until freed by ctl__call_close + the loop. */
+struct ctl_call *ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn,
+                               Dedupd__Request *req, ctl_cmd_fn fn, const char *name);
+/* Loop thread. Ends the call: no more progress; freed once the loop closes its handle. */
+void ctl__call_close(struct ctl_call *call);
 /* Fills resp as an error Response (status, message; no result). message is borrowed. */
 void ctl__error_response(Dedupd__Response *resp, int err, const char *message);
 

@@ -216,7 +216,7 @@ serve_buffered(struct ctl_conn *conn)
             Dedupd__Response resp;
             ctl__error_response(&resp, -EMSGSIZE, m);
             uv_read_stop((uv_stream_t *) &conn->pipe);
-            uv_timer_stop(&conn->timer);
+            arm_timer(conn); /* a client that does not read the answer is still dropped */
             ctl__send(conn, &resp, true);
             return;
         }
@@ -384,7 +384,8 @@ bind_socket(struct ctl_server *srv, const char *group)
     if (rc < 0)
         return rc;
     /* The umask makes the socket private from its first instant: a chmod after bind would
-     * leave a window where anyone may connect. Start-up is single-threaded. */
+     * leave a window where anyone may connect. umask is process-wide: a file another thread
+     * creates meanwhile is at worst created 0600 too. */
     mode_t old = umask(0177);
     rc = uv_pipe_bind(&srv->listener, srv->path);
     umask(old);
@@ -395,13 +396,15 @@ bind_socket(struct ctl_server *srv, const char *group)
     if (gid != (gid_t) -1) {
         if (chown(srv->path, (uid_t) -1, gid) < 0 || chmod(srv->path, 0660) < 0) {
             rc = -errno;
-            log_err("ctl: cannot give %s to group %s: %s", srv->path, group, strerror(errno));
+            log_err("ctl: cannot give %s to group %s: %s", srv->path, group, strerror(-rc));
+            unlink(srv->path);
             return rc;
         }
     }
     rc = uv_listen((uv_stream_t *) &srv->listener, 16, on_connection);
     if (rc < 0) {
         log_err("ctl: cannot listen on %s: %s", srv->path, uv_strerror(rc));
+        unlink(srv->path);
         return rc;
     }
     return 0;

@@ -2,6 +2,7 @@
  * requests, idle clients, pipelining and clients that vanish mid-command — against a real
  * ctl_server on a libuv loop with the fake engine. */
 #include <criterion/criterion.h>
+#include <grp.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,4 +284,31 @@ Test(server, client_leaving_mid_command_cancels_it_and_stop_waits)
     close(fd);
     assert_serving(h.path); /* other clients are served meanwhile */
     harness_stop(&h);       /* returns only after the worker finished */
+}
+
+Test(server, socket_with_a_group_is_0660_and_owned_by_it)
+{
+    struct group *g = getgrgid(getgid());
+    cr_assert_not_null(g);
+    char dir[] = "/tmp/dd-ctl-grp.XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof(path), "%.40s/ctl.sock", dir);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct ctl_server *srv = NULL;
+    struct ctl_options opt = {.socket_path = path, .group = g->gr_name};
+    cr_assert_eq(ctl_server_start(&loop, fake_engine_new(), NULL, &opt, &srv), 0);
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0660, "mode %o", st.st_mode & 0777);
+    cr_assert_eq(st.st_gid, g->gr_gid);
+    ctl_server_stop(srv, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+
+    opt.group = "no-such-group-dedupd";
+    cr_assert_eq(ctl_server_start(&loop, fake_engine_new(), NULL, &opt, &srv), -EINVAL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_assert_eq(uv_loop_close(&loop), 0);
+    rmdir(dir);
 }
