@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "ctl/internal.h"
-#include "fakes/fake_engine.h"
+#include "fakes/ctl_fake_engine.h"
 #include "util/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fakes/fake_engine.h"
+#include "fakes/ctl_fake_engine.h"
 #include "harness.h"
 
 extern char **environ;

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "dedupd/version.h"
-#include "fakes/fake_engine.h"
+#include "fakes/ctl_fake_engine.h"
 #include "harness.h"
 
 static struct harness h;

@@ -14,7 +14,7 @@
 #include "dedupd/ctl_frame.h"
 #include "dedupd/limits.h"
 #include "dedupd/version.h"
-#include "fakes/fake_engine.h"
+#include "fakes/ctl_fake_engine.h"
 #include "harness.h"
 
 static Dedupd__Response *

@@ -1,15 +1,14 @@
-/* fake_engine: in-memory engine + store + nbd stand-in for ctl tests (see fake_engine.c). */
-#ifndef DD_FAKES_FAKE_ENGINE_H
-#define DD_FAKES_FAKE_ENGINE_H
+/* ctl_fake_engine: in-memory engine + store + nbd stand-in for ctl tests (see fake_engine.c). */
+#ifndef DD_FAKES_CTL_FAKE_ENGINE_H
+#define DD_FAKES_CTL_FAKE_ENGINE_H
 
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "fakes/ctl_fake_nbd.h"
 
 /* Resets the fake: dedup on (rocksdb, sha256, 4 KiB), one export "default". */
 struct engine *fake_engine_new(void);
-/* An nbd server handle reporting this many connections. */
-struct nbd_server *fake_nbd(uint32_t connections);
 /* Open handles on an export (delete refuses with -EBUSY while non-zero). */
 void fake_engine_set_open_handles(const char *name, uint32_t n);
 /* Make engine_dedup_set fail with err (0 = succeed). */

@@ -1,4 +1,4 @@
-/* fake_engine: an in-memory stand-in for the engine and store calls the control plane
+/* ctl_fake_engine: an in-memory stand-in for the engine and store calls the control plane
  * makes (settings, export catalogue, counters, maintenance with progress), so that ctl's
  * protocol and dispatch can be tested without the real modules. engine_submit() runs the
  * function on libuv's thread pool like the real one. State is process-global: each
@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fakes/fake_engine.h"
-#include "nbd/nbd.h"
+#include "fakes/ctl_fake_engine.h"
 #include "store/store.h"
 
 #define MAX_EXPORTS 32
@@ -23,11 +22,10 @@ static struct fake {
     int dedup_set_calls;
     unsigned maint_steps;
     int maint_sleep_ms;
-    uint32_t nbd_conns;
 } fk;
 
 /* Opaque handles: any distinct non-NULL addresses do. */
-static char engine_token, store_token, nbd_token;
+static char engine_token, store_token;
 
 struct engine *
 fake_engine_new(void)
@@ -47,13 +45,6 @@ fake_engine_new(void)
     d->chunk_size = DEDUPD_CHUNK_DEFAULT;
     d->dedup = true;
     return (struct engine *) &engine_token;
-}
-
-struct nbd_server *
-fake_nbd(uint32_t connections)
-{
-    fk.nbd_conns = connections;
-    return (struct nbd_server *) &nbd_token;
 }
 
 void
@@ -81,13 +72,6 @@ fake_engine_maint(unsigned steps, int sleep_ms)
 {
     fk.maint_steps = steps;
     fk.maint_sleep_ms = sleep_ms;
-}
-
-uint32_t
-nbd_server_connections(const struct nbd_server *srv)
-{
-    (void) srv;
-    return fk.nbd_conns;
 }
 
 struct store *
