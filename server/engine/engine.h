@@ -188,4 +188,13 @@ struct engine_stats {
 /* export NULL = totals. -ENOENT for an unknown export. */
 int engine_stats(struct engine *e, const char *export_name, struct engine_stats *out);
 
+/* ---- testing ---- */
+
+/* The chunk hash: writes the digest of buf to out and returns its length, or -errno. */
+typedef int (*engine_hash_fn)(enum dedupd_hash_alg alg, const void *buf, size_t len,
+                              uint8_t out[DEDUPD_HASH_MAX_LEN]);
+/* Replaces the chunk hash (NULL restores the real one), so tests can force collisions and
+ * watch verify catch them. Only while no I/O is in flight. */
+void engine_test_set_hash_fn(struct engine *e, engine_hash_fn fn);
+
 #endif

@@ -1,0 +1,143 @@
+/* engine/internal.h: state shared by the files of engine/ only.
+ *
+ * Lock order (take in this order, release in reverse):
+ *   1. an export's chunklock range (engine__chunklock_acquire)
+ *   2. e->settings_lock, read side (a write request) / write side (engine_dedup_set)
+ *   3. the store's commit lock (store_txn_begin .. commit)
+ *   e->cat_mu (the catalogue) is a leaf: never held while taking any of the above, except
+ *   that catalogue changes which write block maps take 1-3 without it and re-take it after.
+ * e->set_mu serializes engine_dedup_set callers and is taken before settings_lock. */
+#ifndef DD_ENGINE_INTERNAL_H
+#define DD_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "index/index.h"
+#include "meta/keys.h"
+
+struct meta;
+struct store_chunk_info;
+
+/* ---- range locks on chunk indices (chunklock.c) ---- */
+
+struct engine_chunkrange { /* one queued request; lives on the caller's stack */
+    uint64_t first, last;  /* chunk indices, inclusive */
+    bool excl;             /* writers exclude everyone; readers share */
+    struct engine_chunkrange *prev, *next;
+};
+
+struct engine_chunklock {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct engine_chunkrange *head, *tail; /* arrival order: running and waiting */
+};
+
+void engine__chunklock_init(struct engine_chunklock *cl);
+void engine__chunklock_destroy(struct engine_chunklock *cl);
+/* Blocks until no earlier overlapping request in a conflicting mode remains. */
+void engine__chunklock_acquire(struct engine_chunklock *cl, struct engine_chunkrange *r,
+                               uint64_t first, uint64_t last, bool excl);
+void engine__chunklock_release(struct engine_chunklock *cl, struct engine_chunkrange *r);
+
+/* ---- counters ---- */
+
+struct engine_counters { /* relaxed atomics: exact totals, no ordering needed */
+    _Atomic uint64_t zero_bytes;
+    _Atomic uint64_t dedup_hits, dedup_misses;
+    _Atomic uint64_t verify_compares, verify_mismatches;
+    _Atomic uint64_t rmw_count;
+    _Atomic uint64_t bytes_written, bytes_read;
+};
+
+static inline void
+engine__count(_Atomic uint64_t *c, uint64_t v)
+{
+    if (v)
+        atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+/* Adds v to one counter of an export and of the totals. */
+#define ENGINE_COUNT(e, xs, field, v)                                                              \
+    do {                                                                                           \
+        engine__count(&(xs)->c.field, (v));                                                        \
+        engine__count(&(e)->total.field, (v));                                                     \
+    } while (0)
+
+/* ---- exports ---- */
+
+/* One per export in the catalogue, alive from engine_open (or creation) to deletion. */
+struct engine_xstate {
+    uint32_t id;
+    struct meta_export_rec rec;   /* e->cat_mu guards changes; size/chunk_size never change */
+    _Atomic bool dedup;           /* rec.dedup, readable without cat_mu by writers */
+    uint32_t open_handles;        /* e->cat_mu */
+    bool deleting;                /* e->cat_mu: no new handles, clones or lookups */
+    struct engine_chunklock lock; /* chunk ranges in flight */
+    struct engine_counters c;
+    struct engine_xstate *next; /* e->exports list, by id */
+};
+
+struct engine_export {
+    struct engine *e;
+    struct engine_xstate *xs;
+};
+
+/* ---- the engine ---- */
+
+struct engine {
+    struct store *st;
+    struct meta *m; /* borrowed from st */
+
+    pthread_mutex_t set_mu;         /* serializes engine_dedup_set */
+    pthread_rwlock_t settings_lock; /* guards cfg and ix; writer-preferring */
+    struct engine_dedup_config cfg; /* as persisted */
+    struct index *ix;               /* the active back-end */
+
+    pthread_mutex_t cat_mu;        /* the catalogue below */
+    struct engine_xstate *exports; /* sorted by id */
+    uint32_t next_id;              /* never reused: persisted */
+    char default_name[DEDUPD_EXPORT_NAME_MAX + 1];
+
+    struct engine_counters total;
+    engine_hash_fn hash_fn; /* hash_compute, or a test's override */
+};
+
+/* settings.c */
+int engine__settings_load(struct engine *e);
+void engine__settings_fini(struct engine *e);
+
+/* catalog.c */
+int engine__catalog_load(struct engine *e, const struct engine_options *opt);
+void engine__catalog_fini(struct engine *e);
+
+/* write.c: writes [off, off+len) of xs from buf (NULL: zeros) in one store transaction;
+ * the caller holds the chunks' range lock exclusively and len spans at most
+ * ENGINE_MAX_REQ_CHUNKS chunks. count_zero: add the bytes that end in unmapped (all-zero)
+ * chunks to zero_bytes. */
+#define ENGINE_MAX_REQ_CHUNKS ((DEDUPD_NBD_MAX_PAYLOAD / DEDUPD_CHUNK_MIN) + 1)
+int engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
+                         const uint8_t *buf, bool count_zero);
+/* Whether [off, off+len) lies inside the export. */
+static inline bool
+engine__range_ok(const struct engine_xstate *xs, uint64_t off, uint64_t len)
+{
+    return off <= xs->rec.size && len <= xs->rec.size - off;
+}
+
+/* zero.c: unmaps every mapped chunk in [first, first+count) in transactions of bounded
+ * size; the caller holds the range lock (or the export is unreachable). */
+int engine__unmap_range(struct engine *e, struct engine_xstate *xs, uint64_t first, uint64_t count);
+
+/* The store's freed callback: drops index entries of freed chunks. arg: struct
+ * engine_freed_ctx. The caller holds settings_lock (read). */
+struct engine_freed_ctx {
+    struct index *ix;
+    struct index_batch *ib;
+};
+void engine__on_freed(void *arg, const struct store_chunk_info *freed);
+
+#endif

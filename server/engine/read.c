@@ -1,0 +1,195 @@
+/* read.c: the read path (unmapped chunks read as zeros; mapped ones come CRC-checked from
+ * the store, invariant 5) and block-status extents (holes, zeros, shared chunks).
+ * Reads take their chunks' range lock shared, so they never see half of a concurrent
+ * multi-chunk write to the same chunks. Knows nothing of NBD. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "store/store.h"
+#include "util/log.h"
+
+struct id_scan {
+    uint64_t first;
+    uint64_t *ids; /* by chunk index - first; 0 = unmapped */
+};
+
+static int
+collect_id(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
+{
+    struct id_scan *s = arg;
+    s->ids[chunk_idx - s->first] = chunk_id;
+    return 0;
+}
+
+static int
+read_chunk(struct engine *e, struct engine_xstate *xs, uint64_t idx, uint64_t id, uint8_t *dst)
+{
+    uint32_t cs = xs->rec.chunk_size;
+    ssize_t n = store_chunk_read(e->st, id, dst, cs);
+    if (n < 0)
+        return (int) n; /* logged by the store with segment and offset */
+    if ((uint64_t) n != cs) {
+        log_err("engine: export %s chunk %" PRIu64 ": chunk id %" PRIu64 " holds %zd bytes, "
+                "expected %u",
+                xs->rec.name, idx, id, n, cs);
+        return -EIO;
+    }
+    return 0;
+}
+
+static int
+read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t len, uint8_t *buf)
+{
+    const uint32_t cs = xs->rec.chunk_size;
+    const uint64_t first = off / cs, last = (off + len - 1) / cs;
+    const uint64_t n = last - first + 1;
+    uint64_t one;
+    uint64_t *ids = &one;
+    int rc;
+    if (n == 1) {
+        rc = store_map_get(e->st, xs->id, first, &one);
+        if (rc == -ENOENT) {
+            one = 0;
+            rc = 0;
+        }
+    } else {
+        /* One iterator pass over the map beats n point reads. */
+        ids = calloc(n, sizeof(*ids));
+        if (!ids)
+            return -ENOMEM;
+        struct id_scan s = {.first = first, .ids = ids};
+        rc = store_map_scan(e->st, xs->id, first, n, collect_id, &s);
+    }
+    uint8_t *scratch = NULL;
+    for (uint64_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t cstart = (first + i) * cs;
+        uint64_t lo = off > cstart ? off : cstart;
+        uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
+        uint8_t *dst = buf + (lo - off);
+        if (!ids[i]) {
+            memset(dst, 0, hi - lo);
+        } else if (hi - lo == cs) {
+            rc = read_chunk(e, xs, first + i, ids[i], dst);
+        } else {
+            if (!scratch && !(scratch = malloc(cs))) {
+                rc = -ENOMEM;
+                break;
+            }
+            rc = read_chunk(e, xs, first + i, ids[i], scratch);
+            if (rc == 0)
+                memcpy(dst, scratch + (lo - cstart), hi - lo);
+        }
+    }
+    free(scratch);
+    if (ids != &one)
+        free(ids);
+    return rc;
+}
+
+int
+engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
+{
+    struct engine *e = ex->e;
+    struct engine_xstate *xs = ex->xs;
+    if (!engine__range_ok(xs, off, len) || (len && !buf))
+        return -EINVAL;
+    if (len == 0)
+        return 0;
+    const uint32_t cs = xs->rec.chunk_size;
+    struct engine_chunkrange r;
+    engine__chunklock_acquire(&xs->lock, &r, off / cs, (off + len - 1) / cs, false);
+    int rc = read_locked(e, xs, off, len, buf);
+    engine__chunklock_release(&xs->lock, &r);
+    if (rc == 0)
+        ENGINE_COUNT(e, xs, bytes_read, len);
+    return rc;
+}
+
+/* ---- extents ---- */
+
+struct ext_builder {
+    struct engine *e;
+    uint64_t off, end; /* the byte range described */
+    uint32_t cs;
+    uint64_t cursor; /* next chunk index to describe */
+    struct engine_extent *ext;
+    size_t cap, n;
+    bool full; /* cap reached: stop */
+    int err;
+};
+
+/* Appends chunks [from, to) with flags, merged with the previous run when alike. */
+static void
+emit(struct ext_builder *b, uint64_t from, uint64_t to, uint32_t flags)
+{
+    uint64_t lo = from * b->cs, hi = to * b->cs;
+    if (lo < b->off)
+        lo = b->off;
+    if (hi > b->end)
+        hi = b->end;
+    if (b->full || hi <= lo)
+        return;
+    if (b->n && b->ext[b->n - 1].flags == flags) {
+        b->ext[b->n - 1].len += hi - lo;
+        return;
+    }
+    if (b->n == b->cap) {
+        b->full = true;
+        return;
+    }
+    b->ext[b->n].len = hi - lo;
+    b->ext[b->n].flags = flags;
+    b->n++;
+}
+
+static int
+ext_mapped(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
+{
+    struct ext_builder *b = arg;
+    if (chunk_idx > b->cursor)
+        emit(b, b->cursor, chunk_idx, ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
+    struct store_chunk_info info;
+    int rc = store_chunk_get(b->e->st, chunk_id, &info);
+    if (rc < 0) {
+        b->err = rc;
+        return 1;
+    }
+    emit(b, chunk_idx, chunk_idx + 1, info.refs > 1 ? ENGINE_EXT_SHARED : 0);
+    b->cursor = chunk_idx + 1;
+    return b->full ? 1 : 0;
+}
+
+int
+engine_extents(struct engine_export *ex, uint64_t off, uint64_t len, struct engine_extent *ext,
+               size_t cap)
+{
+    struct engine *e = ex->e;
+    struct engine_xstate *xs = ex->xs;
+    if (!engine__range_ok(xs, off, len) || len == 0 || cap == 0 || !ext)
+        return -EINVAL;
+    const uint32_t cs = xs->rec.chunk_size;
+    const uint64_t first = off / cs, last = (off + len - 1) / cs;
+    struct ext_builder b = {
+        .e = e,
+        .off = off,
+        .end = off + len,
+        .cs = cs,
+        .cursor = first,
+        .ext = ext,
+        .cap = cap,
+    };
+    struct engine_chunkrange r;
+    engine__chunklock_acquire(&xs->lock, &r, first, last, false);
+    int rc = store_map_scan(e->st, xs->id, first, last - first + 1, ext_mapped, &b);
+    engine__chunklock_release(&xs->lock, &r);
+    if (b.err < 0)
+        return b.err;
+    if (rc < 0)
+        return rc;
+    if (!b.full && b.cursor <= last)
+        emit(&b, b.cursor, last + 1, ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
+    return (int) b.n;
+}

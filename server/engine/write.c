@@ -1,0 +1,389 @@
+/* write.c: the write path — a request's chunks become map entries in ONE store transaction.
+ *
+ *   1. split [off, off+len) on chunk boundaries; a partial chunk is read (or taken as zeros
+ *      when unmapped) and overlaid: read-modify-write, which still deduplicates;
+ *   2. zero detection first (cheap, and half of a typical image): a zero chunk is unmapped,
+ *      never stored;
+ *   3. hash every other chunk, and find duplicates within the request, all BEFORE the
+ *      transaction, which holds the store's commit lock;
+ *   4. in the transaction, per chunk: duplicate of an earlier chunk of the request, else
+ *      index look-up; a hit is shared after (verify:) a byte comparison, a miss is appended
+ *      as a new chunk and its hash staged for the index; then map_set;
+ *   5. commit once (one RocksDB batch: invariant 3), then publish the staged index entries
+ *      (invariant 2: never before their chunk is committed).
+ * One allocation per request holds every per-chunk array and scratch buffer: no per-chunk
+ * malloc or syscall beyond the store's own appends.
+ * Knows nothing of NBD; the caller holds the chunks' range lock. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "store/store.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+struct wchunk {
+    const uint8_t *data;   /* chunk_size bytes: the caller's buffer or scratch; NULL if zero */
+    uint64_t idx;          /* chunk index in the export */
+    uint64_t chunk_id;     /* resolved in the transaction; 0 = unmapped */
+    uint32_t client_bytes; /* bytes of the request that land in this chunk */
+    int32_t dup_of;        /* earlier chunk of this request with the same hash, or -1 */
+    bool zero;
+    uint8_t hash[DEDUPD_HASH_MAX_LEN];
+};
+
+/* The settings one request runs under (settings_lock is held for reading meanwhile). */
+struct wpolicy {
+    struct index *ix;
+    enum dedupd_hash_alg alg; /* NONE: dedup off for this request */
+    size_t hlen;
+    bool verify;  /* byte-compare before sharing (invariant 6) */
+    bool trusted; /* index entries always name live chunks (persistent back-end) */
+};
+
+struct wreq {
+    struct engine *e;
+    struct engine_xstate *xs;
+    uint32_t cs;
+    struct wpolicy p;
+    struct wchunk *c;
+    uint32_t n;
+    int32_t *dup_table; /* open addressing over hashes, dup_mask + 1 slots */
+    uint32_t dup_mask;
+    uint8_t *verify_buf; /* cs bytes when p.verify */
+    struct index_batch ib;
+    /* counted after a successful commit */
+    uint64_t hits, misses, compares, mismatches, zero_bytes;
+};
+
+static bool
+is_zero(const uint8_t *p, size_t n)
+{
+    /* Data that is not zero almost always shows it in its first bytes. Past those, compare
+     * the buffer with itself shifted by 16: equal and a zero head means all zero, and
+     * memcmp is vectorized where a byte loop is not. */
+    static const uint8_t z[16];
+    if (memcmp(p, z, sizeof(z)))
+        return false;
+    return memcmp(p, p + sizeof(z), n - sizeof(z)) == 0;
+}
+
+/* Reads chunk idx's current bytes into out (zeros when unmapped): the R of RMW. */
+static int
+read_current(struct engine *e, struct engine_xstate *xs, uint64_t idx, uint8_t *out)
+{
+    uint32_t cs = xs->rec.chunk_size;
+    uint64_t id;
+    int rc = store_map_get(e->st, xs->id, idx, &id);
+    if (rc == -ENOENT) {
+        memset(out, 0, cs);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    ssize_t n = store_chunk_read(e->st, id, out, cs);
+    if (n < 0)
+        return (int) n; /* logged by the store with segment and offset */
+    if ((uint64_t) n != cs) {
+        log_err("engine: export %s chunk %" PRIu64 ": chunk id %" PRIu64 " holds %zd bytes, "
+                "expected %u",
+                xs->rec.name, idx, id, n, cs);
+        return -EIO;
+    }
+    return 0;
+}
+
+/* Chunks of the request not covered whole (0, 1 or 2): each needs an RMW buffer. */
+static uint32_t
+count_partial(uint64_t off, uint64_t len, uint32_t cs, uint32_t n)
+{
+    uint64_t end = off + len, first_start = off / cs * cs;
+    uint32_t p = (off != first_start || end - first_start < cs);
+    if (n > 1 && end % cs)
+        p++;
+    return p;
+}
+
+static uint64_t
+hash_head(const uint8_t *h)
+{
+    uint64_t v;
+    memcpy(&v, h, sizeof(v));
+    return v;
+}
+
+/* Step 3b: marks each chunk whose hash an earlier chunk of the request already has. */
+static void
+find_request_dups(struct wreq *w)
+{
+    memset(w->dup_table, 0xff, (size_t) (w->dup_mask + 1) * sizeof(int32_t));
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct wchunk *c = &w->c[i];
+        if (c->zero)
+            continue;
+        uint32_t s = (uint32_t) (hash_head(c->hash) * 0x9E3779B97F4A7C15ULL >> 32) & w->dup_mask;
+        for (;; s = (s + 1) & w->dup_mask) {
+            int32_t j = w->dup_table[s];
+            if (j < 0) {
+                w->dup_table[s] = (int32_t) i;
+                break;
+            }
+            if (!memcmp(w->c[j].hash, c->hash, w->p.hlen)) {
+                c->dup_of = j;
+                break;
+            }
+        }
+    }
+}
+
+/* An index hit on cand for chunk c: may it be shared? Stale memory entries are dropped. */
+static int
+confirm_hit(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint64_t cand,
+            bool *share)
+{
+    *share = false;
+    if (!w->p.trusted) {
+        /* The memory back-end may name a chunk freed behind its back, and keys on a 16-byte
+         * prefix: the chunk record's full hash settles both. */
+        struct store_chunk_info info;
+        int rc = store_txn_chunk_get(tx, cand, &info);
+        if (rc < 0 && rc != -ENOENT)
+            return rc;
+        if (rc == -ENOENT || info.hash_alg != w->p.alg || info.hash_len != w->p.hlen ||
+            info.raw_len != w->cs || memcmp(info.hash, c->hash, w->p.hlen)) {
+            index_remove(w->p.ix, &w->ib, w->p.alg, c->hash, w->p.hlen, cand);
+            return -ENOENT;
+        }
+    }
+    if (!w->p.verify) {
+        *share = true;
+        return 0;
+    }
+    /* invariant 6: equal hashes are not proof of equal bytes for this hash/setting. */
+    w->compares++;
+    ssize_t n = store_chunk_read(w->e->st, cand, w->verify_buf, w->cs);
+    if (n < 0) {
+        /* Never share with a chunk we cannot read back; store this one apart. */
+        log_warn("engine: export %s: verify read of chunk id %" PRIu64 " failed: %s",
+                 w->xs->rec.name, cand, strerror((int) -n));
+        return 0;
+    }
+    if ((uint64_t) n == w->cs && !memcmp(w->verify_buf, c->data, w->cs))
+        *share = true;
+    else
+        w->mismatches++;
+    return 0;
+}
+
+/* Step 4 for one non-zero chunk: sets c->chunk_id to a shared or a new chunk. */
+static int
+resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
+{
+    const struct wpolicy *p = &w->p;
+    if (p->alg == DEDUPD_HASH_NONE) /* dedup off: unique, unhashed, never shared */
+        return store_txn_add_chunk(tx, 0, NULL, 0, c->data, w->cs, &c->chunk_id);
+
+    bool claimed = false; /* an index entry (or an earlier chunk here) owns this hash */
+    if (c->dup_of >= 0) {
+        const struct wchunk *d = &w->c[c->dup_of];
+        claimed = true;
+        bool same = true;
+        if (p->verify) {
+            w->compares++;
+            same = !memcmp(d->data, c->data, w->cs);
+            w->mismatches += !same;
+        }
+        if (same) {
+            c->chunk_id = d->chunk_id;
+            w->hits++;
+            return 0;
+        }
+    }
+    uint64_t cand;
+    int rc = index_lookup(p->ix, p->alg, c->hash, p->hlen, &cand);
+    if (rc == 0) {
+        bool share;
+        rc = confirm_hit(w, tx, c, cand, &share);
+        if (rc == 0 && share) {
+            c->chunk_id = cand;
+            w->hits++;
+            return 0;
+        }
+        if (rc == 0)
+            claimed = true; /* a verified collision: the entry keeps naming the first chunk */
+    }
+    if (rc < 0 && rc != -ENOENT)
+        return rc;
+    w->misses++;
+    rc = store_txn_add_chunk(tx, (uint8_t) p->alg, c->hash, p->hlen, c->data, w->cs, &c->chunk_id);
+    if (rc == 0 && !claimed)
+        rc = index_stage(p->ix, &w->ib, (uint8_t) p->alg, c->hash, p->hlen, c->chunk_id);
+    return rc;
+}
+
+static int
+run_txn(struct wreq *w)
+{
+    struct store_txn *tx;
+    int rc = store_txn_begin(w->e->st, &tx);
+    if (rc < 0)
+        return rc;
+    index_batch_reset(&w->ib, store_txn_batch(tx));
+    for (uint32_t i = 0; i < w->n && rc == 0; i++) {
+        struct wchunk *c = &w->c[i];
+        if (!c->zero)
+            rc = resolve_chunk(w, tx, c);
+        if (rc == 0)
+            rc = store_txn_map_set(tx, w->xs->id, c->idx, c->zero ? 0 : c->chunk_id);
+    }
+    if (rc < 0) {
+        store_txn_abort(tx);
+        log_err("engine: export %s chunks %" PRIu64 "+%u: write failed: %s", w->xs->rec.name,
+                w->c[0].idx, w->n, strerror(-rc));
+        return rc;
+    }
+    struct engine_freed_ctx fc = {.ix = w->p.ix, .ib = &w->ib};
+    rc = store_txn_commit(tx, engine__on_freed, &fc);
+    if (rc < 0) {
+        log_err("engine: export %s chunks %" PRIu64 "+%u: commit failed: %s", w->xs->rec.name,
+                w->c[0].idx, w->n, strerror(-rc));
+        return rc;
+    }
+    index_publish(w->p.ix, &w->ib); /* invariant 2: only now that the chunks are committed */
+    return 0;
+}
+
+static void
+take_policy(struct engine *e, struct engine_xstate *xs, struct wpolicy *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->ix = e->ix;
+    if (e->cfg.enabled && atomic_load(&xs->dedup)) {
+        p->alg = e->cfg.hash_alg;
+        p->hlen = hash_len(p->alg);
+        p->verify = e->cfg.verify || hash_needs_verify(p->alg);
+        p->trusted = index_persistent(e->ix);
+    }
+}
+
+int
+engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
+                     const uint8_t *buf, bool count_zero)
+{
+    const uint32_t cs = xs->rec.chunk_size;
+    if (len == 0 || (off + len - 1) / cs - off / cs >= ENGINE_MAX_REQ_CHUNKS)
+        return -EINVAL;
+    const uint64_t first = off / cs, last = (off + len - 1) / cs;
+    const uint32_t n = (uint32_t) (last - first + 1);
+
+    pthread_rwlock_rdlock(&e->settings_lock); /* in flight: finish under these settings */
+    struct wreq w = {.e = e, .xs = xs, .cs = cs, .n = n};
+    take_policy(e, xs, &w.p);
+    uint32_t partial = count_partial(off, len, cs, n);
+    uint32_t tsize = 1;
+    while (tsize < 2 * n)
+        tsize <<= 1;
+
+    /* One block: chunks, staged index entries, duplicate table, RMW and verify scratch. */
+    size_t sz_c = (size_t) n * sizeof(struct wchunk);
+    size_t sz_s = (size_t) n * sizeof(struct index_staged);
+    size_t sz_t = (size_t) tsize * sizeof(int32_t);
+    size_t sz_b = (size_t) (partial + w.p.verify) * cs;
+    uint8_t *mem = malloc(sz_c + sz_s + sz_t + sz_b);
+    int rc = -ENOMEM;
+    if (!mem)
+        goto out;
+    w.c = (struct wchunk *) mem;
+    index_batch_init(&w.ib);
+    /* Borrowed array sized for one entry per chunk: staging never grows it. */
+    w.ib.staged = (struct index_staged *) (mem + sz_c);
+    w.ib.cap = n;
+    w.dup_table = (int32_t *) (mem + sz_c + sz_s);
+    w.dup_mask = tsize - 1;
+    uint8_t *scratch = mem + sz_c + sz_s + sz_t;
+    w.verify_buf = w.p.verify ? scratch + (size_t) partial * cs : NULL;
+
+    /* Steps 1 and 2: split, RMW, zero detection. */
+    uint64_t rmw = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct wchunk *c = &w.c[i];
+        uint64_t cstart = (first + i) * cs;
+        uint64_t lo = off > cstart ? off : cstart;
+        uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
+        c->idx = first + i;
+        c->chunk_id = 0;
+        c->client_bytes = (uint32_t) (hi - lo);
+        c->dup_of = -1;
+        if (hi - lo == cs) {
+            c->data = buf ? buf + (lo - off) : NULL;
+        } else {
+            uint8_t *s = scratch;
+            scratch += cs;
+            rc = read_current(e, xs, c->idx, s);
+            if (rc < 0)
+                goto out;
+            if (buf)
+                memcpy(s + (lo - cstart), buf + (lo - off), hi - lo);
+            else
+                memset(s + (lo - cstart), 0, hi - lo);
+            c->data = s;
+            rmw++;
+        }
+        c->zero = !c->data || is_zero(c->data, cs);
+        if (c->zero)
+            w.zero_bytes += c->client_bytes;
+    }
+
+    /* Step 3: hash outside the commit lock. */
+    if (w.p.alg != DEDUPD_HASH_NONE) {
+        for (uint32_t i = 0; i < n; i++) {
+            if (w.c[i].zero)
+                continue;
+            rc = e->hash_fn(w.p.alg, w.c[i].data, cs, w.c[i].hash);
+            if (rc < 0)
+                goto out;
+        }
+        find_request_dups(&w);
+    }
+
+    /* Steps 4 and 5. */
+    rc = run_txn(&w);
+    if (rc < 0)
+        goto out;
+    ENGINE_COUNT(e, xs, rmw_count, rmw);
+    ENGINE_COUNT(e, xs, dedup_hits, w.hits);
+    ENGINE_COUNT(e, xs, dedup_misses, w.misses);
+    ENGINE_COUNT(e, xs, verify_compares, w.compares);
+    ENGINE_COUNT(e, xs, verify_mismatches, w.mismatches);
+    if (count_zero)
+        ENGINE_COUNT(e, xs, zero_bytes, w.zero_bytes);
+out:
+    pthread_rwlock_unlock(&e->settings_lock);
+    free(mem);
+    return rc;
+}
+
+int
+engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *buf, unsigned flags)
+{
+    struct engine *e = ex->e;
+    struct engine_xstate *xs = ex->xs;
+    if (xs->rec.read_only)
+        return -EROFS;
+    if (!engine__range_ok(xs, off, len) || (len && !buf))
+        return -EINVAL;
+    if (len) {
+        const uint32_t cs = xs->rec.chunk_size;
+        struct engine_chunkrange r;
+        engine__chunklock_acquire(&xs->lock, &r, off / cs, (off + len - 1) / cs, true);
+        int rc = engine__write_locked(e, xs, off, len, buf, true);
+        engine__chunklock_release(&xs->lock, &r);
+        if (rc < 0)
+            return rc;
+        ENGINE_COUNT(e, xs, bytes_written, len);
+    }
+    /* invariant 4 through the store: segments, then the WAL. */
+    return (flags & ENGINE_FUA) ? store_sync(e->st) : 0;
+}
