@@ -85,11 +85,11 @@ Test(cli, status_table_and_json)
     HAS(out, "dedup:               enabled");
     HAS(out, "back-end:            rocksdb");
     HAS(out, "NBD connections:     2");
-    HAS(out, "memory back-end at its limit:   2.5 MiB");
+    HAS(out, "memory back-end at its limit:   1.4 MiB");
     cr_assert_eq(ctl("--json", "status", NULL), 0);
     HAS(out, "\"enabled\": true");
     HAS(out, "\"backend\": \"rocksdb\"");
-    HAS(out, "\"memory_at_limit\": 2621440");
+    HAS(out, "\"memory_at_limit\": 1441792");
     HAS(out, "\"nbd_connections\": 2");
     cr_assert_eq(ctl("status", "--json", NULL), 0);
     HAS(out, "\"hash\": \"sha256\"");
