@@ -18,22 +18,25 @@ struct cmd {
     Dedupd__Request__CmdCase cmd;
     const char *name;
     ctl_cmd_fn fn;
+    /* Long maintenance: one at a time server-wide, so control clients can never occupy
+     * the worker pool that NBD I/O shares. */
+    bool exclusive;
 };
 
 static const struct cmd cmds[] = {
-    {DEDUPD__REQUEST__CMD_STATUS, "status", ctl__cmd_status},
-    {DEDUPD__REQUEST__CMD_ENABLE, "enable", ctl__cmd_enable},
-    {DEDUPD__REQUEST__CMD_DISABLE, "disable", ctl__cmd_disable},
-    {DEDUPD__REQUEST__CMD_STATS, "stats", ctl__cmd_stats},
-    {DEDUPD__REQUEST__CMD_EXPORT_LIST, "export list", ctl__cmd_export_list},
-    {DEDUPD__REQUEST__CMD_EXPORT_CREATE, "export create", ctl__cmd_export_create},
-    {DEDUPD__REQUEST__CMD_EXPORT_DELETE, "export delete", ctl__cmd_export_delete},
-    {DEDUPD__REQUEST__CMD_EXPORT_INFO, "export info", ctl__cmd_export_info},
-    {DEDUPD__REQUEST__CMD_EXPORT_SET, "export set", ctl__cmd_export_set},
-    {DEDUPD__REQUEST__CMD_EXPORT_CLONE, "export clone", ctl__cmd_export_clone},
-    {DEDUPD__REQUEST__CMD_GC, "gc", ctl__cmd_gc},
-    {DEDUPD__REQUEST__CMD_SCRUB, "scrub", ctl__cmd_scrub},
-    {DEDUPD__REQUEST__CMD_CHECK, "check", ctl__cmd_check},
+    {DEDUPD__REQUEST__CMD_STATUS, "status", ctl__cmd_status, false},
+    {DEDUPD__REQUEST__CMD_ENABLE, "enable", ctl__cmd_enable, false},
+    {DEDUPD__REQUEST__CMD_DISABLE, "disable", ctl__cmd_disable, false},
+    {DEDUPD__REQUEST__CMD_STATS, "stats", ctl__cmd_stats, false},
+    {DEDUPD__REQUEST__CMD_EXPORT_LIST, "export list", ctl__cmd_export_list, false},
+    {DEDUPD__REQUEST__CMD_EXPORT_CREATE, "export create", ctl__cmd_export_create, false},
+    {DEDUPD__REQUEST__CMD_EXPORT_DELETE, "export delete", ctl__cmd_export_delete, false},
+    {DEDUPD__REQUEST__CMD_EXPORT_INFO, "export info", ctl__cmd_export_info, false},
+    {DEDUPD__REQUEST__CMD_EXPORT_SET, "export set", ctl__cmd_export_set, false},
+    {DEDUPD__REQUEST__CMD_EXPORT_CLONE, "export clone", ctl__cmd_export_clone, false},
+    {DEDUPD__REQUEST__CMD_GC, "gc", ctl__cmd_gc, true},
+    {DEDUPD__REQUEST__CMD_SCRUB, "scrub", ctl__cmd_scrub, true},
+    {DEDUPD__REQUEST__CMD_CHECK, "check", ctl__cmd_check, true},
 };
 
 void
@@ -193,7 +196,7 @@ on_handler_done(struct engine_req *req)
 
 int
 ctl__decode(const uint8_t *msg, size_t len, Dedupd__Request **out, ctl_cmd_fn *fn,
-            const char **name, char *why, size_t cap)
+            const char **name, bool *exclusive, char *why, size_t cap)
 {
     Dedupd__Request *req = dedupd__request__unpack(NULL, len, msg);
     if (!req) {
@@ -213,6 +216,7 @@ ctl__decode(const uint8_t *msg, size_t len, Dedupd__Request **out, ctl_cmd_fn *f
             *out = req;
             *fn = cmds[i].fn;
             *name = cmds[i].name;
+            *exclusive = cmds[i].exclusive;
             return 0;
         }
     }
@@ -249,6 +253,9 @@ ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn, Dedupd__Request *re
 void
 ctl__call_close(struct ctl_call *call)
 {
+    if (call->exclusive)
+        call->srv->maint_running = NULL;
+    call->exclusive = false;
     call->finished = true;
     call->conn = NULL;
     uv_close((uv_handle_t *) &call->async, on_async_closed);
@@ -272,13 +279,23 @@ ctl__dispatch(struct ctl_conn *conn, const uint8_t *msg, size_t len)
     Dedupd__Request *req;
     ctl_cmd_fn fn;
     const char *name;
+    bool exclusive;
     char m[192];
-    int rc = ctl__decode(msg, len, &req, &fn, &name, m, sizeof(m));
+    int rc = ctl__decode(msg, len, &req, &fn, &name, &exclusive, m, sizeof(m));
     if (rc < 0)
         return refuse(conn, rc, m);
+    if (exclusive && srv->maint_running) {
+        dedupd__request__free_unpacked(req, NULL);
+        snprintf(m, sizeof(m), "%s refused: %s is already running; try again when it ends", name,
+                 srv->maint_running);
+        return refuse(conn, -EBUSY, m);
+    }
     struct ctl_call *call = ctl__call_new(srv, conn, req, fn, name);
     if (!call)
         return refuse(conn, -ENOMEM, "server out of memory");
+    call->exclusive = exclusive;
+    if (exclusive)
+        srv->maint_running = name;
     call->ereq.op = ENGINE_OP_FN;
     call->ereq.engine = srv->engine;
     call->ereq.fn = run_handler;

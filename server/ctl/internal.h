@@ -42,6 +42,7 @@ struct ctl_server {
     struct ctl_conn *conns;
     unsigned n_conns;
     unsigned n_calls; /* calls not yet freed (handlers running or async closing) */
+    const char *maint_running; /* name of the gc/scrub/check running, or NULL */
     bool listening;
     bool stopping;
     void (*stop_done)(void *arg);
@@ -82,6 +83,7 @@ struct ctl_call {
     } progress;
     atomic_bool cancelled; /* client gone or server stopping: long commands stop early */
     bool finished;         /* final Response sent: no progress after it */
+    bool exclusive;        /* holds srv->maint_running */
     uint32_t nbd_connections; /* read on the loop thread before the handler runs */
     char message[256];
     void **allocs;
@@ -110,10 +112,10 @@ void ctl__call_freed(struct ctl_server *srv);
  * sent at once (error or bad request). */
 bool ctl__dispatch(struct ctl_conn *conn, const uint8_t *msg, size_t len);
 /* Any thread. Decodes and checks one request: 0 with *out (free with
- * dedupd__request__free_unpacked, or hand to ctl__call_new) and the command's handler and
- * name; or -EBADMSG / -EPROTONOSUPPORT / -EOPNOTSUPP with the reason in why. */
+ * dedupd__request__free_unpacked, or hand to ctl__call_new), the command's handler, name
+ * and whether it is exclusive maintenance (one at a time); or -EBADMSG / -EPROTONOSUPPORT / -EOPNOTSUPP with the reason in why. */
 int ctl__decode(const uint8_t *msg, size_t len, Dedupd__Request **out, ctl_cmd_fn *fn,
-                const char **name, char *why, size_t cap);
+                const char **name, bool *exclusive, char *why, size_t cap);
 /* Loop thread. A call for req (taken, freed with the call; also on failure), or NULL on
  * out of memory. Counted in srv->n_calls until freed by ctl__call_close + the loop. */
 struct ctl_call *ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn,

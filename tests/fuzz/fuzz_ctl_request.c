@@ -26,8 +26,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Dedupd__Request *req;
     ctl_cmd_fn fn;
     const char *name;
+    bool exclusive;
     char why[192];
-    if (ctl__decode(data, size, &req, &fn, &name, why, sizeof(why)) < 0)
+    if (ctl__decode(data, size, &req, &fn, &name, &exclusive, why, sizeof(why)) < 0)
         return 0;
     struct ctl_call *call = ctl__call_new(&srv, NULL, req, fn, name);
     if (!call)

@@ -312,3 +312,50 @@ Test(server, socket_with_a_group_is_0660_and_owned_by_it)
     cr_assert_eq(uv_loop_close(&loop), 0);
     rmdir(dir);
 }
+
+Test(server, one_maintenance_command_at_a_time)
+{
+    struct harness h;
+    struct engine *e = fake_engine_new();
+    fake_engine_maint(20, 20); /* ~0.4 s */
+    cr_assert_eq(harness_start(&h, e, NULL, 0), 0);
+    int a = client_connect(h.path), b = client_connect(h.path);
+    Dedupd__Request req = DEDUPD__REQUEST__INIT;
+    Dedupd__GcRequest gc = DEDUPD__GC_REQUEST__INIT;
+    req.version = DEDUPD_CTL_PROTO_VERSION;
+    req.cmd_case = DEDUPD__REQUEST__CMD_GC;
+    req.gc = &gc;
+    cr_assert(client_send(a, &req));
+    Dedupd__Response *r = client_recv(a); /* progress: gc is running */
+    cr_assert_not_null(r);
+    cr_assert(r->more);
+    dedupd__response__free_unpacked(r, NULL);
+    Dedupd__ScrubRequest sc = DEDUPD__SCRUB_REQUEST__INIT;
+    Dedupd__Request sreq = DEDUPD__REQUEST__INIT;
+    sreq.version = DEDUPD_CTL_PROTO_VERSION;
+    sreq.cmd_case = DEDUPD__REQUEST__CMD_SCRUB;
+    sreq.scrub = &sc;
+    r = client_call(b, &sreq, NULL);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->status, EBUSY);
+    cr_assert(strstr(r->message, "gc is already running"), "%s", r->message);
+    dedupd__response__free_unpacked(r, NULL);
+    r = status_call(b); /* other commands go on */
+    cr_assert_eq(r->status, 0);
+    dedupd__response__free_unpacked(r, NULL);
+    for (int i = 0; i < 1000; i++) { /* read gc's progress up to its final answer */
+        r = client_recv(a);
+        cr_assert_not_null(r);
+        bool more = r->more;
+        dedupd__response__free_unpacked(r, NULL);
+        if (!more)
+            break;
+    }
+    /* The first gc has ended by now: the second, sent after, ran. */
+    r = client_call(b, &sreq, NULL);
+    cr_assert_eq(r->status, 0, "%s", r->message);
+    dedupd__response__free_unpacked(r, NULL);
+    close(a);
+    close(b);
+    harness_stop(&h);
+}
