@@ -104,6 +104,8 @@ print_table(const Dedupd__StatsResult *s)
         row(s->exports[i], s->exports[i]->name);
     if (s->total)
         row(s->total, "total");
+    if (s->n_exports)
+        printf("(per export, UNIQUE counts only chunks no other place shares)\n");
     printf("\n");
     uint64_t saved = 0;
     if (s->total && s->total->logical_bytes > s->total->unique_bytes)

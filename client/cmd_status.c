@@ -68,7 +68,7 @@ print_table(const Dedupd__StatusResult *s)
     printf("hash:                %s\n", s->hash);
     printf("verify:              %s\n", s->verify ? "on" : "off");
     printf("default chunk size:  %s\n", hsize(s->default_chunk_size));
-    printf("memory limit:        %" PRIu64 " entries, %s\n", s->limit_nr,
+    printf("memory limit:        %" PRIu64 " entries, %s (memory back-end)\n", s->limit_nr,
            s->limit_mem ? hsize(s->limit_mem) : "no byte limit");
     printf("index:               %" PRIu64 " entries, %s %s", s->index_entries,
            hsize(s->index_bytes), mem ? "in memory" : "on disk");

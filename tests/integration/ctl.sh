@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # dedupd-ctl against a running dedupd: every command, its JSON fields and exit codes;
 # enable/disable survive a restart; malformed, old-version and oversized requests get an
-# error and leave the server serving. Writes through NBD (nbdsh) when available so that
-# stats, gc, scrub and check see real data; without nbdsh those parts check shapes only.
+# error and leave the server serving. Writes through NBD (libnbd's Python module) when
+# available so that stats, gc, scrub and check see real data; without it those parts check
+# shapes only.
 . "$(dirname "$0")/lib.sh"
 requires /usr/bin/python3
 
@@ -146,20 +147,30 @@ elif ! grep -qi "not supported" "$ERR"; then
     fail "export clone failed: $(cat "$ERR")"
 fi
 
+# nbd_py URI CODE: run Python CODE with `h` connected to URI (libnbd; /usr/bin/python3 has
+# the Debian module even when another python3 comes first in PATH, so no nbdsh).
+nbd_py() {
+    "$PY" -c 'import nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+exec(sys.argv[2])
+h.shutdown()' "$@"
+}
+
 # ---- data through NBD, when a client is available ----
 have_nbd=0
-if command -v nbdsh >/dev/null 2>&1; then
+if "$PY" -c 'import nbd' 2>/dev/null; then
     have_nbd=1
     # The same 64 KiB written twice to vm1 and once to default: one unique copy.
-    nbdsh -u "$(nbd_unix_uri vm1)" -c '
+    nbd_py "$(nbd_unix_uri vm1)" '
 buf = bytes(range(256)) * 256
 h.pwrite(buf, 0)
 h.pwrite(buf, 65536)
 h.pwrite(bytes(65536), 131072)
-h.flush()' || fail "nbdsh write to vm1"
-    nbdsh -u "$(nbd_unix_uri default)" -c '
+h.flush()' || fail "NBD write to vm1"
+    nbd_py "$(nbd_unix_uri default)" '
 h.pwrite(bytes(range(256)) * 256, 0)
-h.flush()' || fail "nbdsh write to default"
+h.flush()' || fail "NBD write to default"
 fi
 
 # ---- stats ----
@@ -190,7 +201,7 @@ expect_rc 0 ctl --json stats --watch 1 --count 2
 
 # ---- delete: refused while connected ----
 if [ "$have_nbd" = 1 ]; then
-    nbdsh -u "$(nbd_unix_uri vm1)" -c 'import time; time.sleep(4)' &
+    nbd_py "$(nbd_unix_uri vm1)" 'import time; time.sleep(4)' &
     holder=$!
     on_exit "kill $holder"
     wait_until 5 bash -c "'$DEDUPD_CTL_BIN' -s '$DD_CTL' --json export info vm1 | grep -q '\"connections\": [1-9]'" ||
