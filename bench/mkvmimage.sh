@@ -29,26 +29,32 @@ BENCH_VM_PACKAGES=${BENCH_VM_PACKAGES:-"coreutils bash perl-modules-5.36 libperl
 
 tree_bytes() { du -sB1 "$work/tree" | cut -f1; }
 
+# unpack_from LIST: unpack the .debs named in the file LIST until their Installed-Size adds
+# up to the target; a package that would overshoot it by more than 5% is skipped.
+filled=0
 unpack_from() {
-    local deb n=0
+    local deb isz
     while IFS= read -r deb; do
+        isz=$(dpkg-deb -f "$deb" Installed-Size 2>/dev/null) || continue
+        [[ $isz =~ ^[0-9]+$ ]] || continue
+        isz=$((isz << 10))
+        [ $((filled + isz)) -le $((want + want / 20)) ] || continue
         dpkg-deb -x "$deb" "$work/tree" 2>/dev/null || continue
-        n=$((n + 1))
-        # du over a growing tree is not free: look every 8 packages
-        if ((n % 8 == 0)) && [ "$(tree_bytes)" -ge "$want" ]; then
-            return 0
-        fi
-    done
-    [ "$(tree_bytes)" -ge "$want" ]
+        filled=$((filled + isz))
+        [ "$filled" -lt $((want - want / 20)) ] || return 0
+    done <"$1"
+    return 1
 }
 
 echo "mkvmimage: unpacking .debs into a tree of ~$((want >> 20)) MiB" >&2
-if ! find /var/cache/apt/archives -maxdepth 1 -name '*.deb' 2>/dev/null | sort | unpack_from; then
+find /var/cache/apt/archives -maxdepth 1 -name '*.deb' 2>/dev/null | sort >"$work/list"
+if ! unpack_from "$work/list"; then
     echo "mkvmimage: local apt cache too small; apt-get download of a package set" >&2
     # shellcheck disable=SC2086 # word list on purpose
     (cd "$work/debs" && apt-get download $BENCH_VM_PACKAGES >/dev/null 2>&1) || true
-    find "$work/debs" -name '*.deb' | sort | unpack_from ||
-        echo "mkvmimage: only $(($(tree_bytes) >> 20)) MiB of packages found; image is mostly empty" >&2
+    find "$work/debs" -name '*.deb' | sort >"$work/list"
+    unpack_from "$work/list" ||
+        echo "mkvmimage: only $((filled >> 20)) MiB of packages found; image is mostly empty" >&2
 fi
 
 # mkfs.ext4 -d needs room for the tree plus metadata; a larger file system is cut to SIZE.
