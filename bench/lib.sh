@@ -22,7 +22,7 @@ PY=${PY:-/usr/bin/python3}
 # documented CLI; override them from the environment if the CLI spells them differently.
 BENCH_CTL_ROCKSDB=${BENCH_CTL_ROCKSDB:-}
 BENCH_CTL_MEMORY=${BENCH_CTL_MEMORY:-enable -s memory}
-BENCH_CTL_XXH3=${BENCH_CTL_XXH3:-enable --hash xxh3-128 --verify}
+BENCH_CTL_XXH3=${BENCH_CTL_XXH3:-enable -a xxh3 --verify}
 
 SRV_PID=""
 SRV_URI=""

@@ -103,7 +103,7 @@ for s in "${server_list[@]}"; do
     if srv_available "$s"; then
         available+=("$s")
     elif [[ $s == dedupd-* ]]; then
-        note "$s skipped: dedupd is not built ($DEDUPD_BIN or $DEDUPD_CTL_BIN missing; build with cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DDEDUPD_TESTS=OFF && cmake --build build/release)"
+        note "$s skipped: dedupd is not built (${DEDUPD_BIN#"$BENCH_ROOT"/} or ${DEDUPD_CTL_BIN#"$BENCH_ROOT"/} missing)"
     else
         note "$s skipped: not installed"
     fi
