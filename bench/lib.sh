@@ -10,6 +10,7 @@
 #   srv_is_dedupd             true when the running server is a dedupd variant
 #   dd_sample PREFIX          print "PREFIX_hwm_kib V" ... lines for the running dedupd
 #   now_ns / mibs BYTES NS    clock and throughput helpers
+#   make_random / make_dup FILE BYTES SEED   source data (unique / one 1 MiB block repeated)
 #
 # Every server binds 127.0.0.1 only, on a port the kernel picked; every wait is bounded.
 
@@ -29,6 +30,19 @@ SRV_URI=""
 SRV_NAME=""
 SRV_DIR=""
 SRV_ERR=""
+
+make_random() { # FILE BYTES SEED: AES-CTR keystream, fast and never repeating
+    # head closes the pipe early: openssl's SIGPIPE is expected, the length is checked
+    { openssl enc -aes-128-ctr -nosalt -pbkdf2 -pass "pass:$3" -in /dev/zero 2>/dev/null || true; } |
+        head -c "$2" >"$1"
+    [ "$(stat -c %s "$1")" -eq "$2" ] || { echo "bench: could not generate $1" >&2; exit 1; }
+}
+make_dup() { # FILE BYTES SEED: one 1 MiB random block repeated
+    make_random "$1.blk" $((1 << 20)) "$3"
+    local i n=$(($2 >> 20))
+    for ((i = 0; i < n; i++)); do cat "$1.blk"; done >"$1"
+    rm -f "$1.blk"
+}
 
 now_ns() { date +%s%N; }
 

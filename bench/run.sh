@@ -115,18 +115,6 @@ applies() { # SERVER WORKLOAD: xxh3+verify is measured where it matters, on dupl
 }
 
 # --- source data ---
-make_random() { # FILE BYTES SEED: AES-CTR keystream, fast and never repeating
-    # head closes the pipe early: openssl's SIGPIPE is expected, the length is checked
-    { openssl enc -aes-128-ctr -nosalt -pbkdf2 -pass "pass:$3" -in /dev/zero 2>/dev/null || true; } |
-        head -c "$2" >"$1"
-    [ "$(stat -c %s "$1")" -eq "$2" ] || { echo "run.sh: could not generate $1" >&2; exit 1; }
-}
-make_dup() { # FILE BYTES SEED: one 1 MiB random block repeated
-    make_random "$1.blk" $((1 << 20)) "$3"
-    local i n=$(($2 >> 20))
-    for ((i = 0; i < n; i++)); do cat "$1.blk"; done >"$1"
-    rm -f "$1.blk"
-}
 vm_image=$out/vm-$size_b.img
 for w in "${workload_list[@]}"; do
     case $w in
