@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # SRV_* are read by the scripts that source this file
 # bench/lib.sh: server life cycle and measuring helpers for the benchmark scripts
 # (sourced by bench/run.sh and bench/scale.sh). Owns how each NBD server is started on
 # loopback over a fresh data file or directory, how it is stopped, and how dedupd's memory,

@@ -121,7 +121,8 @@ def machine_lines(mach):
     mem = int(mach.get("mem_total_kib", "0") or 0) >> 20
     return [
         f"- Date (UTC): {mach.get('date', '?')}; commit {mach.get('dedupd_commit', '?')}",
-        f"- CPU: {mach.get('cpu', '?')}, `nproc` = {mach.get('nproc', '?')}; "
+        f"- CPU: {mach.get('cpu', '?')} at {mach.get('cpu_mhz', '?')} MHz (flags: "
+        f"{mach.get('cpu_flags', '?').strip()}), `nproc` = {mach.get('nproc', '?')}; "
         f"RAM {mem} GiB; kernel {mach.get('kernel', '?')}",
         f"- Size per workload: {fmt_bytes(int(mach.get('size', '0')))}; repetitions: "
         f"{mach.get('reps', '?')}; random I/O: {mach.get('rand_time', '?')} s per direction",

@@ -46,8 +46,10 @@ fi
 size=${size:-2G} reps=${reps:-3} rand_time=${rand_time:-20}
 size_b=$(to_bytes "$size")
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --reps must be a positive integer" >&2; exit 2; }
-[ "$size_b" -ge $((16 << 20)) ] && [ $((size_b % (1 << 20))) -eq 0 ] ||
-    { echo "run.sh: --size must be a whole number of MiB, at least 16M" >&2; exit 2; }
+if [ "$size_b" -lt $((16 << 20)) ] || [ $((size_b % (1 << 20))) -ne 0 ]; then
+    echo "run.sh: --size must be a whole number of MiB, at least 16M" >&2
+    exit 2
+fi
 IFS=, read -r -a server_list <<<"$servers"
 IFS=, read -r -a workload_list <<<"$workloads"
 
@@ -80,6 +82,8 @@ trap 'exit 130' INT TERM
 {
     echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "cpu $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)"
+    echo "cpu_mhz $(sed -n 's/^cpu MHz[[:space:]]*: //p' /proc/cpuinfo | head -n1)"
+    echo "cpu_flags $(grep -o -w -E 'sha_ni|aes|avx2|avx512f' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     echo "nproc $(nproc)"
     echo "mem_total_kib $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)"
     echo "kernel $(uname -r)"

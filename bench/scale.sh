@@ -52,8 +52,10 @@ mem_total_b=$(to_bytes "${mem_total:-20G}")
 mem_step_b=$(to_bytes "${mem_step:-1G}")
 case $only in "" | scale | mem) ;; *) echo "scale.sh: --only scale|mem" >&2; exit 2 ;; esac
 for v in "$size_b" "$mem_step_b"; do
-    [ "$v" -gt 0 ] && [ $((v % (4 << 20))) -eq 0 ] ||
-        { echo "scale.sh: --size and --mem-step must be multiples of 4 MiB" >&2; exit 2; }
+    if [ "$v" -le 0 ] || [ $((v % (4 << 20))) -ne 0 ]; then
+        echo "scale.sh: --size and --mem-step must be multiples of 4 MiB" >&2
+        exit 2
+    fi
 done
 
 if ! srv_available "$server"; then
@@ -114,7 +116,7 @@ if [ "$only" != mem ]; then
         done
         srv_stop
         cp "$SRV_DIR/server.log" "$out/raw/scale-$store.server.log" 2>/dev/null || true
-        rm -rf "$work/$store"
+        rm -rf "${work:?}/$store"
     done
 fi
 
