@@ -10,6 +10,7 @@
 #   srv_stop                  stop the running server (bounded), whatever state it is in
 #   srv_is_dedupd             true when the running server is a dedupd variant
 #   dd_sample PREFIX          print "PREFIX_hwm_kib V" ... lines for the running dedupd
+#                             (hwm_kib rss_kib store_du_bytes and the stats counters)
 #   now_ns / mibs BYTES NS    clock and throughput helpers
 #   make_random / make_dup FILE BYTES SEED   source data (unique / one 1 MiB block repeated)
 #
@@ -197,7 +198,7 @@ dd_sample() {
     local p=$1 st="/proc/$SRV_PID/status"
     [ -r "$st" ] || return 0
     awk -v p="$p" '/^VmHWM:/ { print p "_hwm_kib", $2 } /^VmRSS:/ { print p "_rss_kib", $2 }' "$st"
-    echo "${p}_du_bytes $(du -sB1 "$SRV_DIR/data" 2>/dev/null | cut -f1)"
+    echo "${p}_store_du_bytes $(du -sB1 "$SRV_DIR/data" 2>/dev/null | cut -f1)"
     if "$DEDUPD_CTL_BIN" -s "$SRV_DIR/data/ctl.sock" --json stats >"$SRV_DIR/stats-$p.json" 2>/dev/null; then
         "$PY" - "$p" "$SRV_DIR/stats-$p.json" <<'EOF'
 import json, sys

@@ -172,11 +172,12 @@ def results_section(res, mach, notes, img_rel):
             "### dedupd resources after each workload",
             "",
             "Peak resident memory (VmHWM) and resident memory (VmRSS) after the write, allocated",
-            "bytes of the data directory (`du`), and the dedup ratio reported by",
-            "`dedupd-ctl --json stats` (logical / unique bytes). Medians over the repetitions.",
+            "bytes of the data directory (`du`: segments, RocksDB and its WAL), and from",
+            "`dedupd-ctl --json stats`: logical bytes, bytes stored in segments and the dedup",
+            "ratio (logical / unique bytes). Medians over the repetitions.",
             "",
-            "| server | workload | VmHWM | VmRSS | on disk | dedup ratio |",
-            "|---|---|---|---|---|---|",
+            "| server | workload | VmHWM | VmRSS | data dir (du) | logical | stored | dedup ratio |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for s in dd:
             for w in WORKLOADS + ["rand"]:
@@ -185,11 +186,17 @@ def results_section(res, mach, notes, img_rel):
                 if not hwm:
                     continue
                 rss = res.stat(w, s, p + "_rss_kib")
-                du = res.stat(w, s, p + "_du_bytes")
+                du = res.stat(w, s, p + "_store_du_bytes")
+                logical = res.stat(w, s, p + "_logical_bytes")
+                stored = res.stat(w, s, p + "_disk_bytes")
                 ratio = res.stat(w, s, p + "_dedup_ratio")
+
+                def b(st):
+                    return fmt_bytes(st[0]) if st else "–"
+
                 out.append(
                     f"| {s} | {WL_TITLE.get(w, 'random 4 KiB')} | {fmt_bytes(hwm[0] * 1024)} | "
-                    f"{fmt_bytes(rss[0] * 1024) if rss else '–'} | {fmt_bytes(du[0]) if du else '–'} | "
+                    f"{fmt_bytes(rss[0] * 1024) if rss else '–'} | {b(du)} | {b(logical)} | {b(stored)} | "
                     f"{f'{ratio[0]:.2f}' if ratio else '–'} |"
                 )
         out.append("")

@@ -131,7 +131,7 @@ if [ "$only" != scale ]; then
         while read -r k v; do m[$k]=$v; done < <(dd_sample s)
         gib=$(awk -v b=$((g * mem_step_b)) 'BEGIN { printf "%.3f", b / 1073741824 }')
         echo "scale.sh: $gib GiB written: VmRSS ${m[s_rss_kib]:-?} KiB, VmHWM ${m[s_hwm_kib]:-?} KiB" >&2
-        printf '%s\t%s\t%s\t%s\n' "$gib" "${m[s_rss_kib]:-0}" "${m[s_hwm_kib]:-0}" "${m[s_du_bytes]:-0}" >>"$out/memflat.tsv"
+        printf '%s\t%s\t%s\t%s\n' "$gib" "${m[s_rss_kib]:-0}" "${m[s_hwm_kib]:-0}" "${m[s_store_du_bytes]:-0}" >>"$out/memflat.tsv"
     done
     srv_stop
     rm -rf "$work/mem"

@@ -75,7 +75,8 @@ have dup dedupd-xxh3v write_mibs 2
 have unique dedupd-xxh3v write_mibs 0
 have unique dedupd-rocksdb post_write_hwm_kib 2
 have unique dedupd-rocksdb post_write_dedup_ratio 2
-have rand dedupd-memory post_rand_du_bytes 2
+have rand dedupd-memory post_rand_store_du_bytes 2
+have unique dedupd-rocksdb post_write_du_bytes 2
 have unique nbdkit-file post_write_hwm_kib 0
 awk -F'\t' '$4 == "post_write_dedup_ratio" && $5 != 2.5 { exit 1 }' "$r" || fail "dedup ratio not parsed"
 ! grep -q $'\tstatus\t' "$r" || fail "a measurement failed: $(grep $'\tstatus\t' "$r" | head -n 3)"
@@ -85,7 +86,7 @@ grep -q -- '-a xxh3 --verify' "$t/ctl.log" || fail "xxh3 variant not enabled thr
 
 d=$t/tree/docs/benchmarks.md
 grep -q '^| unique random | ' "$d" || fail "no write table in the report"
-grep -q '^| dedupd-rocksdb | unique random | .* | 2.50 |$' "$d" || fail "no dedupd resources row"
+grep -q '^| dedupd-rocksdb | unique random | .* | 100 B | 50 B | 2.50 |$' "$d" || fail "no dedupd resources row"
 grep -q '^| unique sequential write | ≥ 0.6× | [0-9.]*× | \*\*\(met\|missed\)\*\* |$' "$d" ||
     fail "unique write target not evaluated"
 grep -q 'Quick development run' "$d" || fail "a 16 MiB run is not labelled as a quick run"
