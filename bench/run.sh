@@ -2,7 +2,7 @@
 # bench/run.sh: dedupd side by side with peer NBD servers, one command.
 #
 #   bench/run.sh [--size 2G] [--reps 3] [--quick] [--servers LIST] [--workloads LIST]
-#                [--rand-time SECONDS] [--no-report]
+#                [--rand-time SECONDS] [--scale] [--no-report]
 #
 # For every repetition, every workload and every server (the server order rotates so that
 # no server always runs first or last), it starts the server on 127.0.0.1 over a fresh data
@@ -15,15 +15,16 @@
 #   rand    prefill with random data, then fio 4 KiB random writes and reads at QD16
 # nbdcopy runs with --connections=4 --threads=4. Results: bench/out/results.tsv, raw logs
 # in bench/out/raw/, then bench/report.py writes docs/benchmarks.md and docs/img/*.png.
-# A server that is not installed (or dedupd not built) is skipped with a note.
+# A server that is not installed (or dedupd not built) is skipped with a note. --scale runs
+# bench/scale.sh afterwards (with --quick when this run is quick).
 set -euo pipefail
 
 BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$BENCH_ROOT/bench/lib.sh"
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
-size="" reps="" rand_time="" quick=0 report=1
+size="" reps="" rand_time="" quick=0 report=1 scale=0
 servers="nbdkit-file,qemu-nbd,nbd-server,dedupd-rocksdb,dedupd-memory,dedupd-xxh3v"
 workloads="unique,dup,vm,zero,rand"
 out=$BENCH_ROOT/bench/out
@@ -35,6 +36,7 @@ while [ $# -gt 0 ]; do
     --servers) servers=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
     --rand-time) rand_time=$2; shift 2 ;;
+    --scale) scale=1; shift ;;
     --no-report) report=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -260,6 +262,13 @@ for ((rep = 1; rep <= reps; rep++)); do
     done
 done
 
+if [ "$scale" -eq 1 ]; then
+    if [ "$quick" -eq 1 ]; then
+        "$BENCH_ROOT/bench/scale.sh" --quick --no-report
+    else
+        "$BENCH_ROOT/bench/scale.sh" --no-report
+    fi
+fi
 if [ "$report" -eq 1 ]; then
     "$PY" "$BENCH_ROOT/bench/report.py" --out "$out" --doc "$BENCH_ROOT/docs/benchmarks.md" \
         --img "$BENCH_ROOT/docs/img"
