@@ -334,6 +334,7 @@ def write_dat_and_plots(res, memflat, outdir, imgdir):
         for phase, metric in (("seq_write", "write_mibs"), ("seq_read", "read_mibs")):
             path = os.path.join(outdir, f"{phase}.dat")
             wls = [w for w in WORKLOADS if w in res.workloads]
+            servers = [s for s in res.servers if any(res.stat(w, s, metric) for w in wls)]
             with open(path, "w") as f:
                 f.write("# workload " + " ".join(f"{s} {s}_min {s}_max" for s in servers) + "\n")
                 for w in wls:
@@ -342,12 +343,13 @@ def write_dat_and_plots(res, memflat, outdir, imgdir):
                         st = res.stat(w, s, metric)
                         cols += [fmt_num(st[0]), fmt_num(st[1]), fmt_num(st[2])] if st else ["0", "0", "0"]
                     f.write(f"{w} " + " ".join(cols) + "\n")
-            if wls:
+            if wls and servers:
                 title = "Sequential write" if phase == "seq_write" else "Sequential read"
                 scripts.append(histogram(path, os.path.join(imgdir, f"{phase}.png"),
                                          f"{title} (nbdcopy -C 4 -T 4), median and min–max", "MiB/s", servers))
         if "rand" in res.workloads:
             path = os.path.join(outdir, "rand.dat")
+            servers = [s for s in res.servers if res.stat("rand", s, "randwrite_iops") or res.stat("rand", s, "randread_iops")]
             with open(path, "w") as f:
                 f.write("# direction " + " ".join(f"{s} {s}_min {s}_max" for s in servers) + "\n")
                 for d in ("randwrite", "randread"):
@@ -387,7 +389,7 @@ def histogram(dat, png, title, ylabel, servers):
     for i, s in enumerate(servers):
         c = 2 + 3 * i
         plots.append(f"'{dat}' using {c}:{c + 1}:{c + 2}{':xtic(1)' if i == 0 else ''} title '{s}'")
-    return f"""set terminal pngcairo size 900,450
+    return f"""set terminal pngcairo size 1000,450
 set output '{png}'
 set title '{title}'
 set ylabel '{ylabel} (log scale)'
@@ -396,7 +398,7 @@ set style histogram errorbars gap 2 lw 1
 set style fill solid 0.8 border -1
 set logscale y
 set yrange [1:*]
-set key top right
+set key outside right top
 set grid ytics
 plot {", ".join(plots)}
 """
