@@ -14,7 +14,7 @@ test_pkgs=(
     nbdkit libnbd-bin nbdfuse python3-libnbd qemu-utils nbd-server
     btrfs-progs fuse3 util-linux e2fsprogs
 )
-bench_pkgs=(fio hyperfine gnuplot-nox e2fsprogs linux-perf procps time)
+bench_pkgs=(fio hyperfine gnuplot-nox e2fsprogs linux-perf procps time openssl iproute2)
 
 want=()
 case "${1:-all}" in

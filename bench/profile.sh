@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/profile.sh: where a server spends its CPU during one workload, with perf.
+#
+#   bench/profile.sh [--server dedupd-rocksdb] [--workload unique] [--size 512M]
+#                    [--call-graph fp|dwarf]
+#
+# Workloads: unique | dup | zero (nbdcopy writes, as in run.sh), read (unique data written
+# first, untimed, then read back), randwrite | randread (fio 4 KiB QD16 for 10 s over a
+# prefilled export). Only the workload itself is recorded (perf record -p on the server).
+# Output: bench/out/profile-SERVER-WORKLOAD.{data,txt}; the .txt holds the flat profile
+# (self time by symbol) and the callers of the top symbols. Use it to write "what bounds the
+# numbers" in docs/benchmarks.md.
+set -euo pipefail
+
+BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$BENCH_ROOT/bench/lib.sh"
+
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+
+server=dedupd-rocksdb workload=unique size=512M cg=fp
+out=$BENCH_ROOT/bench/out
+while [ $# -gt 0 ]; do
+    case $1 in
+    --server) server=$2; shift 2 ;;
+    --workload) workload=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --call-graph) cg=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "profile.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+case $workload in unique | dup | zero | read | randwrite | randread) ;; *)
+    echo "profile.sh: unknown workload '$workload'" >&2; exit 2 ;;
+esac
+command -v perf >/dev/null || { echo "profile.sh: needs perf (linux-perf)" >&2; exit 1; }
+srv_available "$server" || { echo "profile.sh: $server is not available (dedupd not built?)" >&2; exit 1; }
+size_b=$(to_bytes "$size")
+
+mkdir -p "$out"
+work=$(mktemp -d "$out/work.XXXXXX")
+perf_pid=""
+trap '[ -n "$perf_pid" ] && kill -INT "$perf_pid" 2>/dev/null; srv_stop; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+src=$work/src.bin
+case $workload in
+dup) make_dup "$src" "$size_b" "profile-$$-$(date +%s%N)" ;;
+zero) truncate -s "$size_b" "$src" ;;
+*) make_random "$src" "$size_b" "profile-$$-$(date +%s%N)" ;;
+esac
+
+srv_start "$server" "$work/srv" "$size_b" || { echo "profile.sh: $SRV_ERR" >&2; exit 1; }
+case $workload in
+read | randwrite | randread)
+    nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI" ;;
+esac
+
+base=$out/profile-$server-$workload
+perf record -F 999 --call-graph "$cg" -p "$SRV_PID" -o "$base.data" >/dev/null 2>"$work/perf.log" &
+perf_pid=$!
+sleep 0.5
+t0=$(now_ns)
+case $workload in
+unique | dup | zero) nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI" ;;
+read) nbdcopy --connections=4 --threads=4 "$SRV_URI" null: ;;
+randwrite | randread)
+    fio --name=p --ioengine=nbd --uri="$SRV_URI" --rw="$workload" --bs=4k --iodepth=16 \
+        --size="$size_b" --time_based --runtime=10 --refill_buffers --norandommap \
+        --randrepeat=0 >/dev/null ;;
+esac
+t1=$(now_ns)
+kill -INT "$perf_pid"
+wait "$perf_pid" 2>/dev/null || true
+perf_pid=""
+{
+    echo "# $server $workload, $((size_b >> 20)) MiB, $(mibs "$size_b" $((t1 - t0))) MiB/s while profiled"
+    echo "# flat profile (self time)"
+    perf report -i "$base.data" --stdio --no-children -g none --percent-limit 0.5 2>/dev/null |
+        grep -v '^$'
+    echo
+    echo "# callers of the top symbols"
+    perf report -i "$base.data" --stdio --no-children -G --percent-limit 5 2>/dev/null |
+        grep -v '^$' | head -n 200
+} >"$base.txt"
+echo "profile.sh: wrote $base.txt" >&2
+head -n 30 "$base.txt"
