@@ -288,3 +288,28 @@ store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
         return -EUCLEAN;
     return 0;
 }
+
+int
+store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
+                struct store_record_hdr *h, uint64_t *len)
+{
+    if (cap < STORE_RECORD_HDR_LEN)
+        return -ENOSPC;
+    ssize_t n = store__io_read_full(sg->fd, buf, STORE_RECORD_HDR_LEN, off);
+    if (n < 0)
+        return (int) n;
+    if (store_record_decode(buf, (size_t) n, h) != 0)
+        return -EUCLEAN;
+    uint64_t total = store_record_len(h->stored_len);
+    if (total > cap)
+        return -ENOSPC;
+    n = store__io_read_full(sg->fd, buf + STORE_RECORD_HDR_LEN, h->stored_len,
+                            off + STORE_RECORD_HDR_LEN);
+    if (n < 0)
+        return (int) n;
+    if ((size_t) n != h->stored_len ||
+        crc32c(0, buf + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc)
+        return -EUCLEAN;
+    *len = total;
+    return 0;
+}
