@@ -27,9 +27,9 @@ void fx_fill(void *buf, size_t n, uint32_t seed);
 /* Live chunks in the store. */
 uint64_t fx_chunks(struct fx *f);
 /* Asserts invariants 1 and 2 over the metadata (refcounts = map entries; hash entries
- * name live chunks with that hash). */
+ * name live chunks with that hash), then that store_check finds no problem. */
 void fx_check(struct fx *f);
-/* Sets one dedup setting field via a callback on a copy of the current config. */
+/* Switches the hash-index back-end, keeping the other settings. */
 void fx_set_backend(struct fx *f, const char *backend);
 
 #endif
