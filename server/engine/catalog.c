@@ -443,6 +443,9 @@ engine_export_delete(struct engine *e, const char *name)
         rc = -ENOMEM;
         if (b) {
             meta_batch_delete(b, META_CF_EXPORT, key, sizeof(key));
+            uint8_t ckey[ENGINE_COUNTERS_KEY_MAX];
+            size_t ckl = engine__counters_key(ckey, x);
+            meta_batch_delete(b, META_CF_META, ckey, ckl);
             rc = commit_sync(e, b);
         }
     }

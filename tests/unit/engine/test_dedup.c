@@ -313,6 +313,13 @@ Test(dedup, counters_are_exact_after_a_scripted_sequence)
     cr_assert_gt(t.disk_bytes, 2 * CS);
     cr_assert_eq(fx_chunks(&f), 2);
     cr_assert_eq(engine_stats(f.e, "nope", &s), -ENOENT);
+    /* Saved at close (and at every flush), loaded at open. */
+    s = stats_of(&f, "disk");
+    fx_reopen(&f);
+    struct engine_stats r = stats_of(&f, "disk"), rt = stats_of(&f, NULL);
+    cr_assert(!memcmp(&r, &s, sizeof(r)), "per-export counters survive a restart");
+    cr_assert_eq(rt.dedup_hits, t.dedup_hits);
+    cr_assert_eq(rt.bytes_written, t.bytes_written);
     fx_close(&f);
 }
 
