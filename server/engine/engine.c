@@ -53,6 +53,7 @@ engine_open(const struct engine_options *opt, struct engine **out)
     *out = e;
     return 0;
 fail:
+    e->m = NULL; /* nothing to save: counters were never loaded */
     engine_close(e);
     return rc;
 }

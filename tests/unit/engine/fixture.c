@@ -132,12 +132,18 @@ fx_check(struct fx *f)
 }
 
 void
+fx_remove_dir(struct fx *f)
+{
+    nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+void
 fx_close(struct fx *f)
 {
     fx_check(f);
     engine_export_close(f->ex);
     engine_close(f->e);
-    nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fx_remove_dir(f);
 }
 
 void

@@ -21,6 +21,8 @@ void fx_open(struct fx *f);
 void fx_reopen(struct fx *f);
 /* Runs fx_check, closes everything, removes the directory. */
 void fx_close(struct fx *f);
+/* Only removes the directory (for tests that closed or never opened the engine). */
+void fx_remove_dir(struct fx *f);
 
 /* Deterministic, non-zero bytes for seed. */
 void fx_fill(void *buf, size_t n, uint32_t seed);
