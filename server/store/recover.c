@@ -7,8 +7,10 @@
  *   committed; it holds no indexed record: truncated to zero (it stays, as the active one
  *   if it is the newest).
  * - A `seg:` entry whose file is missing: fine if it has no live bytes (compaction removed
- *   the file, then crashed before deleting the entry); otherwise the directory is corrupt:
- *   -EIO with the segment named, nothing changed.
+ *   the file, then crashed before deleting the entry); if it was never synced, its name
+ *   may simply not have reached the disk: recreated empty, its chunks then found lost
+ *   (below); otherwise the directory is corrupt: -EIO with the segment named, nothing
+ *   changed.
  * - Indexed records beyond a segment's synced watermark that are short or fail their CRC
  *   (possible only after a power cut, since RocksDB is not allowed to persist a batch
  *   before its segment bytes were fdatasync'ed; this is the safety net): each such chunk is
@@ -93,6 +95,15 @@ load_seg_entries(struct store *st, struct meta_batch *b)
         uint64_t size = rd64(v + 1), synced = rd64(v + 9), live = rd64(v + 17),
                  dead = rd64(v + 25);
         struct store_seg *sg = store__seg_find(st, id);
+        if (!sg && live && synced == 0 && !st->opt.read_only) {
+            /* Never synced: its name may not have reached the disk. Nothing in it was
+             * promised durable, so its chunks are checked (and found lost) below. */
+            log_warn("store: seg %" PRIu32 ": file missing but never synced; its chunks "
+                     "will be dropped", id);
+            rc = store__seg_create(st, id, &sg);
+            if (rc)
+                break;
+        }
         if (!sg) {
             if (live) {
                 log_err("store: seg %" PRIu32 ": file missing from %s but %" PRIu64

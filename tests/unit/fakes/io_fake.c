@@ -239,7 +239,8 @@ f_fdatasync(int fd)
         return -EIO;
     free(f->dur);
     f->dur = malloc(f->cur_len ? f->cur_len : 1);
-    memcpy(f->dur, f->cur, f->cur_len);
+    if (f->cur_len)
+        memcpy(f->dur, f->cur, f->cur_len);
     f->dur_len = f->cur_len;
     for (size_t i = 0; i < f->nops; i++)
         free(f->ops[i].data);
@@ -417,7 +418,8 @@ io_fake_power_cut(uint64_t seed)
         uint8_t *buf = NULL;
         size_t len = 0, cap = 0;
         apply_trunc(&buf, &len, &cap, f->dur_len);
-        memcpy(buf, f->dur, f->dur_len);
+        if (f->dur_len)
+            memcpy(buf, f->dur, f->dur_len);
         for (size_t j = 0; j < f->nops; j++) {
             struct wop *o = &f->ops[j];
             unsigned r = (unsigned) (rnd() % 3);
@@ -445,7 +447,8 @@ io_fake_power_cut(uint64_t seed)
         f->cur_len = len;
         f->cur_cap = cap;
         f->dur = malloc(len ? len : 1);
-        memcpy(f->dur, buf, len);
+        if (len)
+            memcpy(f->dur, buf, len);
         f->dur_len = len;
         f->name_durable = true;
     }

@@ -26,7 +26,7 @@ teardown(void)
     tmpdir_rm(dir);
 }
 
-TestSuite(maint, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(maint, .init = setup, .fini = teardown);
 
 struct findings {
     int n;
