@@ -379,3 +379,20 @@ Test(dedup, delete_frees_all_references)
     engine_export_close(ex);
     fx_close(&f);
 }
+
+Test(dedup, switching_back_to_rocksdb_finds_its_entries_again)
+{
+    struct fx f;
+    fx_open(&f);
+    write_seed(f.ex, 0, 1);       /* indexed in `hash` */
+    fx_set_backend(&f, "memory"); /* an empty table */
+    write_seed(f.ex, CS, 1);      /* not found: stored again, indexed in memory only */
+    cr_assert_eq(fx_chunks(&f), 2);
+    fx_set_backend(&f, "rocksdb");
+    write_seed(f.ex, 2 * CS, 1); /* the first chunk's entry is still there */
+    cr_assert_eq(fx_chunks(&f), 2);
+    struct engine_stats s = stats_of(&f, NULL);
+    cr_assert_eq(s.dedup_hits, 1);
+    cr_assert_eq(s.dedup_misses, 2);
+    fx_close(&f);
+}
