@@ -128,8 +128,10 @@ int engine_zero(struct engine_export *ex, uint64_t off, uint64_t len, unsigned f
 /* Makes every write completed before the call durable, on every export (multi-conn safe). */
 int engine_flush(struct engine *e);
 
-/* Describes [off, off+len) as runs, in order, covering it exactly unless cap runs out
- * (then the last run ends early). Flags per run: */
+/* Describes [off, off+len) as runs, in order, covering it exactly unless cap runs out or
+ * the range holds more mapped chunks than one call examines (16384): then the runs cover
+ * only a prefix and the caller asks again from its end (NBD allows a short reply). Flags
+ * per run: */
 #define ENGINE_EXT_HOLE   (1u << 0) /* unmapped: reads as zeros, nothing stored */
 #define ENGINE_EXT_ZERO   (1u << 1) /* reads as zeros */
 #define ENGINE_EXT_SHARED (1u << 2) /* mapped chunk(s) with refs > 1 */

@@ -295,3 +295,37 @@ Test(io, writes_longer_than_one_transaction_are_split)
     free(got);
     fx_close(&f);
 }
+
+Test(io, extents_over_a_large_mapped_range_describe_a_prefix)
+{
+    struct fx f;
+    fx_open(&f);
+    struct engine_export *ex;
+    cr_assert_eq(engine_export_create(f.e, "wide", 1ULL << 30, 0, 0, NULL), 0);
+    cr_assert_eq(engine_export_open(f.e, "wide", &ex), 0);
+    /* 16385 map entries sharing one chunk: cheap to write, as costly to describe as any. */
+    const uint32_t n = 16385, per = 4096;
+    uint8_t *buf = malloc((size_t) per * CS);
+    fx_fill(buf, CS, 14);
+    for (uint32_t i = 1; i < per; i++)
+        memcpy(buf + (size_t) i * CS, buf, CS);
+    for (uint32_t done = 0; done < n; done += per) {
+        uint32_t k = n - done < per ? n - done : per;
+        cr_assert_eq(engine_write(ex, (uint64_t) done * CS, k * CS, buf, 0), 0);
+    }
+    free(buf);
+    cr_assert_eq(fx_chunks(&f), 1);
+    struct engine_extent ext[4];
+    int r = engine_extents(ex, 0, 2ULL * n * CS, ext, 4);
+    cr_assert_eq(r, 1);
+    cr_assert_eq(ext[0].flags, ENGINE_EXT_SHARED);
+    cr_assert_eq(ext[0].len, 16384ULL * CS, "one call examines at most 16384 mapped chunks");
+    /* Asking again from there finishes the job. */
+    r = engine_extents(ex, 16384ULL * CS, 2ULL * n * CS - 16384ULL * CS, ext, 4);
+    cr_assert_eq(r, 2);
+    cr_assert_eq(ext[0].len, CS);
+    cr_assert_eq(ext[1].flags, ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
+    cr_assert_eq(ext[1].len, (uint64_t) n * CS);
+    engine_export_close(ex);
+    fx_close(&f);
+}
