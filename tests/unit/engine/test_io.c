@@ -329,3 +329,27 @@ Test(io, extents_over_a_large_mapped_range_describe_a_prefix)
     engine_export_close(ex);
     fx_close(&f);
 }
+
+Test(io, an_export_size_that_is_not_a_chunk_multiple_works_to_the_last_byte)
+{
+    struct fx f;
+    fx_open(&f);
+    struct engine_export *ex;
+    const uint64_t size = 2 * CS + 1000;
+    cr_assert_eq(engine_export_create(f.e, "odd", size, 0, 0, NULL), 0);
+    cr_assert_eq(engine_export_open(f.e, "odd", &ex), 0);
+    uint8_t data[CS + 1000], got[CS + 1000];
+    fx_fill(data, sizeof(data), 15);
+    cr_assert_eq(engine_write(ex, CS, sizeof(data), data, 0), 0);
+    cr_assert_eq(engine_write(ex, CS, sizeof(data) + 1, data, 0), -EINVAL);
+    cr_assert_eq(engine_read(ex, CS, sizeof(got), got), 0);
+    cr_assert(!memcmp(data, got, sizeof(got)));
+    struct engine_extent ext[4];
+    cr_assert_eq(engine_extents(ex, 0, size, ext, 4), 2);
+    cr_assert_eq(ext[0].len, CS);
+    cr_assert_eq(ext[1].len, CS + 1000, "runs stop at the export's end");
+    cr_assert_eq(engine_zero(ex, 0, size, 0), 0);
+    cr_assert_eq(fx_chunks(&f), 0);
+    engine_export_close(ex);
+    fx_close(&f);
+}
