@@ -49,9 +49,11 @@ engine_open(const struct engine_options *opt, struct engine **out)
     rc = engine__catalog_load(e, opt);
     if (rc < 0)
         goto fail;
+    engine__counters_load(e);
     *out = e;
     return 0;
 fail:
+    e->m = NULL; /* nothing to save: counters were never loaded */
     engine_close(e);
     return rc;
 }
@@ -61,6 +63,8 @@ engine_close(struct engine *e)
 {
     if (!e)
         return;
+    if (e->m && engine__counters_save(e) < 0)
+        log_warn("engine: counters not saved at close");
     engine__catalog_fini(e);
     engine__settings_fini(e);
     store_close(e->st);
@@ -81,7 +85,10 @@ int
 engine_flush(struct engine *e)
 {
     /* One store for every export: syncing it covers writes on all of them (invariant 4 is
-     * the store's: segments first, then the WAL). */
+     * the store's: segments first, then the WAL). The counters ride along. */
+    int rc = engine__counters_save(e);
+    if (rc < 0)
+        return rc;
     return store_sync(e->st);
 }
 

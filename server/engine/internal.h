@@ -142,6 +142,15 @@ engine__range_ok(const struct engine_xstate *xs, uint64_t off, uint64_t len)
  * size; the caller holds the range lock (or the export is unreachable). */
 int engine__unmap_range(struct engine *e, struct engine_xstate *xs, uint64_t first, uint64_t count);
 
+/* stats.c: cumulative counters saved under ENGINE_COUNTERS_KEY (totals) and
+ * ENGINE_COUNTERS_KEY "." + export id (4 bytes, big-endian) in the `meta` CF. */
+#define ENGINE_COUNTERS_KEY     "engine.counters"
+#define ENGINE_COUNTERS_KEY_MAX (sizeof(ENGINE_COUNTERS_KEY) - 1 + 5)
+size_t engine__counters_key(uint8_t out[ENGINE_COUNTERS_KEY_MAX], const struct engine_xstate *xs);
+void engine__counters_load(struct engine *e);
+/* Writes them (not synced: the caller's store_sync makes them durable). 0 or -errno. */
+int engine__counters_save(struct engine *e);
+
 /* The store's freed callback: drops index entries of freed chunks. arg: struct
  * engine_freed_ctx. The caller holds settings_lock (read). */
 struct engine_freed_ctx {
