@@ -150,6 +150,7 @@ enter_transmission(struct nbd_conn *c, struct engine_export *ex)
     if (c->meta_ctx && c->meta_export_id != c->info.id)
         c->meta_ctx = 0;
     c->state = NBD_CONN_REQ_HDR;
+    nbd__conn_handshake_done(c);
     log_info("nbd: conn %" PRIu64 " (%s): export %s, size %" PRIu64 ", chunk %" PRIu32
              "%s%s%s",
              c->id, c->peer, c->info.name, c->info.size, c->info.chunk_size,

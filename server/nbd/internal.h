@@ -37,6 +37,8 @@ struct nbd_server {
     uint32_t n_conns;
     uint64_t next_conn_id;
     uint64_t refused; /* connections closed at accept because of max_connections */
+    uint64_t refused_logged_at_ms; /* refusals are logged at most once a second */
+    uint64_t refused_unlogged;
     bool stopping;
     unsigned open_listeners; /* listener handles not yet closed */
     unsigned pending_closes; /* connection handles not yet closed (refused ones too) */
@@ -105,6 +107,8 @@ struct nbd_conn {
     bool in_process; /* the parser loop is running: do not re-enter or close */
     bool force;      /* close without waiting for queued replies to be written */
     bool closing;    /* uv_close called */
+    uv_timer_t hs_timer; /* handshake time-out; closed with the connection */
+    unsigned open_handles; /* h and hs_timer until their close callbacks ran */
     enum nbd_conn_state state;
 
     /* input */
@@ -144,9 +148,13 @@ void nbd__server_conn_gone(struct nbd_server *srv);
 int nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp);
 /* Wraps an already-connected stream socket fd (tests, fuzzing). 0 or -errno. */
 int nbd__conn_adopt(struct nbd_server *srv, int fd);
+/* The handshake is over (transmission starts): its time-out no longer applies. */
+void nbd__conn_handshake_done(struct nbd_conn *c);
 /* Stops reading and closes once in-flight work is done (and, unless force, once queued
  * replies are written). reason is logged at info level (NULL: nothing logged). */
 void nbd__conn_stop(struct nbd_conn *c, const char *reason, bool force);
+/* Something drained or finished: resume reading, or close a stopped connection. */
+void nbd__conn_kick(struct nbd_conn *c);
 /* Queues len bytes (copied) for sending. 0 or -ENOMEM (the connection is then stopped). */
 int nbd__conn_send(struct nbd_conn *c, const void *data, size_t len);
 /* Queues a request's reply (req->bufs); the request is freed when written. */

@@ -225,6 +225,8 @@ nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *list
         srv->limits.max_inflight = 64;
     if (srv->limits.max_inflight_bytes == 0)
         srv->limits.max_inflight_bytes = 128ull << 20;
+    if (srv->limits.handshake_timeout_ms == 0)
+        srv->limits.handshake_timeout_ms = 30000;
 
     int rc = 0;
     for (size_t i = 0; i < n_listen && rc == 0; i++) {

@@ -37,11 +37,15 @@ on_engine_done(struct engine_req *er)
     struct nbd_req *req = er->user;
     struct nbd_conn *c = req->conn;
     c->engine_pending--;
-    if (c->closing || c->force) {
+    if (c->closing) {
         nbd__req_free(req);
         return;
     }
+    /* Even when stopping (server shutdown, socket error) the reply is attempted: the spec
+     * asks a server to service in-flight requests before it disconnects. A forced stop
+     * then closes without waiting for the reply to drain. */
     nbd__reply(req, er->result);
+    nbd__conn_kick(c);
 }
 
 static void

@@ -30,6 +30,9 @@ void h_stop(struct harness *h);
 int h_connect(struct harness *h);
 int h_connect_unix(struct harness *h);
 uint32_t h_connections(struct harness *h);
+/* Starts a second server on the harness loop with these listeners; stops it again on
+ * success. Returns nbd_server_start's result. */
+int h_try_listen(struct harness *h, const char *const *addrs, size_t n);
 
 /* ---- blocking client ---- */
 bool cl_send(int fd, const void *p, size_t n);
