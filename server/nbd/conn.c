@@ -229,7 +229,8 @@ step(struct nbd_conn *c)
 }
 
 /* Parses what is buffered, then reads more unless blocked. Never re-entered: handlers
- * that free requests or close call back here through nbd__conn_kick(), which defers to this loop. */
+ * that free requests or close call back here through nbd__conn_kick(), which defers to this loop.
+ */
 static void
 process(struct nbd_conn *c)
 {

@@ -36,7 +36,7 @@ struct nbd_server {
     struct nbd_conn *conns; /* doubly linked through conn->prev/next */
     uint32_t n_conns;
     uint64_t next_conn_id;
-    uint64_t refused; /* connections closed at accept because of max_connections */
+    uint64_t refused;              /* connections closed at accept because of max_connections */
     uint64_t refused_logged_at_ms; /* refusals are logged at most once a second */
     uint64_t refused_unlogged;
     bool stopping;
@@ -80,14 +80,14 @@ struct nbd_req {
     uint32_t len;
     uint16_t type;
     uint16_t flags;
-    uint8_t *buf;     /* WRITE payload / READ data (len bytes), or NULL */
-    uint64_t bytes;   /* counted in conn->inflight_bytes */
-    int err;          /* decided before the engine (-errno), 0 = submit */
-    const char *msg;  /* human text for a structured error chunk, static */
+    uint8_t *buf;              /* WRITE payload / READ data (len bytes), or NULL */
+    uint64_t bytes;            /* counted in conn->inflight_bytes */
+    int err;                   /* decided before the engine (-errno), 0 = submit */
+    const char *msg;           /* human text for a structured error chunk, static */
     struct engine_extent *ext; /* BLOCK_STATUS */
     /* the reply being written */
     uv_write_t w;
-    uint8_t *out;     /* headers and small payloads of the reply, malloc'd */
+    uint8_t *out; /* headers and small payloads of the reply, malloc'd */
     uv_buf_t *bufs;
     unsigned nbufs;
     bool replying;
@@ -102,12 +102,12 @@ struct nbd_conn {
         uv_tcp_t tcp;
         uv_pipe_t pipe;
     } h;
-    bool listed;     /* in srv->conns (refused connections never are) */
+    bool listed; /* in srv->conns (refused connections never are) */
     bool reading;
-    bool in_process; /* the parser loop is running: do not re-enter or close */
-    bool force;      /* close without waiting for queued replies to be written */
-    bool closing;    /* uv_close called */
-    uv_timer_t hs_timer; /* handshake time-out; closed with the connection */
+    bool in_process;       /* the parser loop is running: do not re-enter or close */
+    bool force;            /* close without waiting for queued replies to be written */
+    bool closing;          /* uv_close called */
+    uv_timer_t hs_timer;   /* handshake time-out; closed with the connection */
     unsigned open_handles; /* h and hs_timer until their close callbacks ran */
     enum nbd_conn_state state;
 
@@ -131,7 +131,7 @@ struct nbd_conn {
     struct engine_export *ex;
     struct engine_export_info info;
     uint16_t tx_flags;
-    struct nbd_req *cur; /* WRITE whose payload is being read */
+    struct nbd_req *cur;  /* WRITE whose payload is being read */
     struct nbd_req *reqs; /* every live request, for shutdown */
     uint32_t pay_have;
     uint32_t inflight;       /* live requests (until their reply is written) */

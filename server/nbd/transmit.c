@@ -92,8 +92,8 @@ submit(struct nbd_conn *c, struct nbd_req *req)
         /* FAST_ZERO needs nothing: zeroing never writes data (the engine unmaps or stores
          * nothing), so it is always at least as fast as writing zeros. */
         er->op = ENGINE_OP_ZERO;
-        er->flags = (fua ? ENGINE_FUA : 0) |
-                    ((req->flags & NBD_CMD_FLAG_NO_HOLE) ? ENGINE_NO_HOLE : 0);
+        er->flags =
+            (fua ? ENGINE_FUA : 0) | ((req->flags & NBD_CMD_FLAG_NO_HOLE) ? ENGINE_NO_HOLE : 0);
         break;
     case NBD_CMD_BLOCK_STATUS: {
         size_t cap = (req->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_BS_MAX_EXTENTS;

@@ -317,8 +317,7 @@ cl_go(int fd, const char *name, bool structured, const char *const *ctx, uint64_
         memcpy(b + 4 + nl, &be, 4);
         cl_opt(fd, NBD_OPT_SET_META_CONTEXT, b, (uint32_t) p);
         uint32_t t;
-        while ((t = cl_rep(fd, NBD_OPT_SET_META_CONTEXT, b, sizeof(b), &l)) ==
-               NBD_REP_META_CONTEXT)
+        while ((t = cl_rep(fd, NBD_OPT_SET_META_CONTEXT, b, sizeof(b), &l)) == NBD_REP_META_CONTEXT)
             ;
         cr_assert_eq(t, NBD_REP_ACK);
     }
@@ -350,8 +349,12 @@ void
 cl_req(int fd, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
        const void *payload)
 {
-    struct nbd_request r = {htobe32(NBD_REQUEST_MAGIC), htobe16(flags), htobe16(type),
-                            htobe64(cookie), htobe64(off), htobe32(len)};
+    struct nbd_request r = {htobe32(NBD_REQUEST_MAGIC),
+                            htobe16(flags),
+                            htobe16(type),
+                            htobe64(cookie),
+                            htobe64(off),
+                            htobe32(len)};
     cr_assert(cl_send(fd, &r, sizeof(r)));
     if (payload && len)
         cr_assert(cl_send(fd, payload, len));

@@ -47,8 +47,7 @@ void cl_opt(int fd, uint32_t opt, const void *data, uint32_t len);
 uint32_t cl_rep(int fd, uint32_t want_opt, void *buf, uint32_t cap, uint32_t *len);
 /* Full negotiation: greet, optional STRUCTURED_REPLY and SET_META_CONTEXT of ctx (NULL
  * terminated), then GO name. Returns the transmission flags; *size set. */
-uint16_t cl_go(int fd, const char *name, bool structured, const char *const *ctx,
-               uint64_t *size);
+uint16_t cl_go(int fd, const char *name, bool structured, const char *const *ctx, uint64_t *size);
 void cl_req(int fd, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
             const void *payload);
 /* Simple reply: returns the NBD error, cookie checked when want_cookie != 0. */

@@ -35,8 +35,8 @@ Test(server, listeners_parse_and_bind)
     cr_assert_eq(h_try_listen(&h, ok, 3), 0);
     struct stat st;
     cr_assert_neq(stat(p, &st), 0, "socket file removed at stop");
-    const char *bad[][1] = {{"127.0.0.1:99999"}, {"127.0.0.1:http"}, {"unix:"},
-                            {"[::1"},            {"no.such.host.invalid:1"}};
+    const char *bad[][1] = {
+        {"127.0.0.1:99999"}, {"127.0.0.1:http"}, {"unix:"}, {"[::1"}, {"no.such.host.invalid:1"}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         cr_assert_lt(h_try_listen(&h, bad[i], 1), 0, "%s accepted", bad[i][0]);
     /* A port in use is an error, and the good listener before it is cleaned up. */
