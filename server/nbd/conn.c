@@ -39,6 +39,8 @@ on_closed(uv_handle_t *h)
 {
     struct nbd_conn *c = h->data;
     struct nbd_server *srv = c->srv;
+    if (--c->open_handles > 0)
+        return;
     if (c->listed) {
         if (c->prev)
             c->prev->next = c->next;
@@ -74,6 +76,7 @@ maybe_close(struct nbd_conn *c)
     if (c->reading)
         uv_read_stop(stream(c));
     c->reading = false;
+    uv_close((uv_handle_t *) &c->hs_timer, on_closed);
     uv_close((uv_handle_t *) &c->h, on_closed);
 }
 
@@ -226,7 +229,8 @@ step(struct nbd_conn *c)
 }
 
 /* Parses what is buffered, then reads more unless blocked. Never re-entered: handlers
- * that free requests or close call back here through kick(), which defers to this loop. */
+ * that free requests or close call back here through nbd__conn_kick(), which defers to this loop.
+ */
 static void
 process(struct nbd_conn *c)
 {
@@ -261,8 +265,8 @@ process(struct nbd_conn *c)
 }
 
 /* Something drained (a reply written, a request freed): resume parsing or close. */
-static void
-kick(struct nbd_conn *c)
+void
+nbd__conn_kick(struct nbd_conn *c)
 {
     if (c->state == NBD_CONN_STOPPED)
         maybe_close(c);
@@ -283,7 +287,7 @@ on_sent(uv_write_t *w, int status)
     if (status < 0)
         nbd__conn_stop(c, NULL, true);
     else
-        kick(c);
+        nbd__conn_kick(c);
 }
 
 int
@@ -323,7 +327,7 @@ on_req_sent(uv_write_t *w, int status)
     if (status < 0)
         nbd__conn_stop(c, NULL, true);
     else
-        kick(c);
+        nbd__conn_kick(c);
 }
 
 void
@@ -375,13 +379,33 @@ nbd__req_free(struct nbd_req *req)
     free(req->bufs);
     free(req->ext);
     free(req);
-    kick(c);
+    nbd__conn_kick(c);
+}
+
+static void
+on_handshake_timeout(uv_timer_t *t)
+{
+    struct nbd_conn *c = t->data;
+    if (c->state != NBD_CONN_STOPPED)
+        nbd__conn_stop(c, "handshake not finished in time", true);
+}
+
+void
+nbd__conn_handshake_done(struct nbd_conn *c)
+{
+    uv_timer_stop(&c->hs_timer);
 }
 
 static int
 conn_start(struct nbd_conn *c)
 {
     struct nbd_server *srv = c->srv;
+    /* A connection that never finishes negotiating would hold a max_connections slot
+     * forever. */
+    uv_timer_init(srv->loop, &c->hs_timer);
+    c->hs_timer.data = c;
+    c->open_handles = 2;
+    uv_timer_start(&c->hs_timer, on_handshake_timeout, srv->limits.handshake_timeout_ms, 0);
     c->id = ++srv->next_conn_id;
     c->next = srv->conns;
     if (srv->conns)
@@ -447,6 +471,23 @@ peer_name(struct nbd_conn *c, bool is_tcp)
     snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
 }
 
+/* A flood of refused connections must not flood the log: one line a second at most. */
+static void
+log_refusal(struct nbd_server *srv, const char *peer)
+{
+    uint64_t now = uv_now(srv->loop);
+    srv->refused++;
+    if (srv->refused_logged_at_ms && now - srv->refused_logged_at_ms < 1000) {
+        srv->refused_unlogged++;
+        return;
+    }
+    log_warn("nbd: connection from %s refused: %" PRIu32 " connections open (max_connections)"
+             "; %" PRIu64 " more refused since the last message",
+             peer, srv->n_conns, srv->refused_unlogged);
+    srv->refused_logged_at_ms = now ? now : 1;
+    srv->refused_unlogged = 0;
+}
+
 int
 nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp)
 {
@@ -467,12 +508,8 @@ nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp)
     if (rc == 0)
         peer_name(c, is_tcp);
     if (rc < 0 || srv->stopping || srv->n_conns >= srv->limits.max_connections) {
-        if (rc == 0 && !srv->stopping) {
-            srv->refused++;
-            log_warn("nbd: connection from %s refused: %" PRIu32
-                     " connections open (max_connections)",
-                     c->peer, srv->n_conns);
-        }
+        if (rc == 0 && !srv->stopping)
+            log_refusal(srv, c->peer);
         uv_close((uv_handle_t *) &c->h, on_refused_closed);
         return rc;
     }

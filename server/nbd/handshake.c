@@ -117,6 +117,10 @@ nbd__hs_client_flags(struct nbd_conn *c)
 static bool
 export_name(const uint8_t *p, uint32_t len, char *out)
 {
+    if (len == 0) { /* p may be NULL: a zero-length option has no buffer */
+        out[0] = '\0';
+        return true;
+    }
     if (len > DEDUPD_EXPORT_NAME_MAX || memchr(p, 0, len))
         return false;
     memcpy(out, p, len);
@@ -150,8 +154,8 @@ enter_transmission(struct nbd_conn *c, struct engine_export *ex)
     if (c->meta_ctx && c->meta_export_id != c->info.id)
         c->meta_ctx = 0;
     c->state = NBD_CONN_REQ_HDR;
-    log_info("nbd: conn %" PRIu64 " (%s): export %s, size %" PRIu64 ", chunk %" PRIu32
-             "%s%s%s",
+    nbd__conn_handshake_done(c);
+    log_info("nbd: conn %" PRIu64 " (%s): export %s, size %" PRIu64 ", chunk %" PRIu32 "%s%s%s",
              c->id, c->peer, c->info.name, c->info.size, c->info.chunk_size,
              c->info.read_only ? ", read-only" : "", c->structured ? ", structured" : "",
              c->meta_ctx ? ", meta contexts" : "");
@@ -168,8 +172,8 @@ opt_export_name(struct nbd_conn *c)
     struct engine_export *ex;
     int rc = engine_export_open(c->srv->engine, name, &ex);
     if (rc < 0) {
-        log_info("nbd: conn %" PRIu64 " (%s): NBD_OPT_EXPORT_NAME '%s': %s; disconnecting",
-                 c->id, c->peer, name, strerror(-rc));
+        log_info("nbd: conn %" PRIu64 " (%s): NBD_OPT_EXPORT_NAME '%s': %s; disconnecting", c->id,
+                 c->peer, name, strerror(-rc));
         nbd__conn_stop(c, NULL, true);
         return;
     }
@@ -369,8 +373,7 @@ opt_meta_context(struct nbd_conn *c, bool set)
     }
     char name[DEDUPD_EXPORT_NAME_MAX + 1];
     struct engine_export_info info;
-    if (!export_name(p + 4, nl, name) ||
-        engine_export_lookup(c->srv->engine, name, &info) < 0) {
+    if (!export_name(p + 4, nl, name) || engine_export_lookup(c->srv->engine, name, &info) < 0) {
         rep_err(c, NBD_REP_ERR_UNKNOWN, "no such export");
         return;
     }

@@ -36,7 +36,9 @@ struct nbd_server {
     struct nbd_conn *conns; /* doubly linked through conn->prev/next */
     uint32_t n_conns;
     uint64_t next_conn_id;
-    uint64_t refused; /* connections closed at accept because of max_connections */
+    uint64_t refused;              /* connections closed at accept because of max_connections */
+    uint64_t refused_logged_at_ms; /* refusals are logged at most once a second */
+    uint64_t refused_unlogged;
     bool stopping;
     unsigned open_listeners; /* listener handles not yet closed */
     unsigned pending_closes; /* connection handles not yet closed (refused ones too) */
@@ -78,14 +80,14 @@ struct nbd_req {
     uint32_t len;
     uint16_t type;
     uint16_t flags;
-    uint8_t *buf;     /* WRITE payload / READ data (len bytes), or NULL */
-    uint64_t bytes;   /* counted in conn->inflight_bytes */
-    int err;          /* decided before the engine (-errno), 0 = submit */
-    const char *msg;  /* human text for a structured error chunk, static */
+    uint8_t *buf;              /* WRITE payload / READ data (len bytes), or NULL */
+    uint64_t bytes;            /* counted in conn->inflight_bytes */
+    int err;                   /* decided before the engine (-errno), 0 = submit */
+    const char *msg;           /* human text for a structured error chunk, static */
     struct engine_extent *ext; /* BLOCK_STATUS */
     /* the reply being written */
     uv_write_t w;
-    uint8_t *out;     /* headers and small payloads of the reply, malloc'd */
+    uint8_t *out; /* headers and small payloads of the reply, malloc'd */
     uv_buf_t *bufs;
     unsigned nbufs;
     bool replying;
@@ -100,11 +102,13 @@ struct nbd_conn {
         uv_tcp_t tcp;
         uv_pipe_t pipe;
     } h;
-    bool listed;     /* in srv->conns (refused connections never are) */
+    bool listed; /* in srv->conns (refused connections never are) */
     bool reading;
-    bool in_process; /* the parser loop is running: do not re-enter or close */
-    bool force;      /* close without waiting for queued replies to be written */
-    bool closing;    /* uv_close called */
+    bool in_process;       /* the parser loop is running: do not re-enter or close */
+    bool force;            /* close without waiting for queued replies to be written */
+    bool closing;          /* uv_close called */
+    uv_timer_t hs_timer;   /* handshake time-out; closed with the connection */
+    unsigned open_handles; /* h and hs_timer until their close callbacks ran */
     enum nbd_conn_state state;
 
     /* input */
@@ -127,7 +131,7 @@ struct nbd_conn {
     struct engine_export *ex;
     struct engine_export_info info;
     uint16_t tx_flags;
-    struct nbd_req *cur; /* WRITE whose payload is being read */
+    struct nbd_req *cur;  /* WRITE whose payload is being read */
     struct nbd_req *reqs; /* every live request, for shutdown */
     uint32_t pay_have;
     uint32_t inflight;       /* live requests (until their reply is written) */
@@ -144,9 +148,13 @@ void nbd__server_conn_gone(struct nbd_server *srv);
 int nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp);
 /* Wraps an already-connected stream socket fd (tests, fuzzing). 0 or -errno. */
 int nbd__conn_adopt(struct nbd_server *srv, int fd);
+/* The handshake is over (transmission starts): its time-out no longer applies. */
+void nbd__conn_handshake_done(struct nbd_conn *c);
 /* Stops reading and closes once in-flight work is done (and, unless force, once queued
  * replies are written). reason is logged at info level (NULL: nothing logged). */
 void nbd__conn_stop(struct nbd_conn *c, const char *reason, bool force);
+/* Something drained or finished: resume reading, or close a stopped connection. */
+void nbd__conn_kick(struct nbd_conn *c);
 /* Queues len bytes (copied) for sending. 0 or -ENOMEM (the connection is then stopped). */
 int nbd__conn_send(struct nbd_conn *c, const void *data, size_t len);
 /* Queues a request's reply (req->bufs); the request is freed when written. */

@@ -239,8 +239,8 @@ block_status_chunks(struct nbd_req *req, unsigned ctx_mask, int n_ext)
         }
         done++;
         uint32_t plen = (uint32_t) (4 + nd * 8);
-        put_chunk_hdr(o, req, done == n_ctx ? NBD_REPLY_FLAG_DONE : 0,
-                      NBD_REPLY_TYPE_BLOCK_STATUS, plen);
+        put_chunk_hdr(o, req, done == n_ctx ? NBD_REPLY_FLAG_DONE : 0, NBD_REPLY_TYPE_BLOCK_STATUS,
+                      plen);
         uint32_t be = htobe32(id);
         memcpy(o + sizeof(struct nbd_chunk_hdr), &be, 4);
         add_buf(req, o, sizeof(struct nbd_chunk_hdr) + plen);
@@ -257,14 +257,13 @@ nbd__reply(struct nbd_req *req, int result)
     uint32_t nerr = nbd__errno_to_nbd(err);
     if (err && !req->err) {
         /* The engine logged the details; this line ties them to the client. */
-        log_warn("nbd: conn %" PRIu64 " (%s): export %s: %s off %" PRIu64 " len %" PRIu32
-                 ": %s",
+        log_warn("nbd: conn %" PRIu64 " (%s): export %s: %s off %" PRIu64 " len %" PRIu32 ": %s",
                  c->id, c->peer, c->info.name, nbd__cmd_name(req->type), req->off, req->len,
                  strerror(-err));
     } else if (err) {
-        log_debug("nbd: conn %" PRIu64 " (%s): %s off %" PRIu64 " len %" PRIu32 ": %s (%s)",
-                  c->id, c->peer, nbd__cmd_name(req->type), req->off, req->len,
-                  nbd__err_name(nerr), req->msg ? req->msg : "");
+        log_debug("nbd: conn %" PRIu64 " (%s): %s off %" PRIu64 " len %" PRIu32 ": %s (%s)", c->id,
+                  c->peer, nbd__cmd_name(req->type), req->off, req->len, nbd__err_name(nerr),
+                  req->msg ? req->msg : "");
     }
     bool ok;
     if (!c->structured) {

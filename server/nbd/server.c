@@ -160,8 +160,7 @@ parse_tcp(const char *a, struct sockaddr_storage *ss)
             return -EINVAL;
     if (strtol(port, NULL, 10) > 65535)
         return -EINVAL;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     /* Startup only: a name lookup here blocks before the loop runs. */
     int rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
@@ -209,8 +208,8 @@ close_listeners(struct nbd_server *srv)
 }
 
 int
-nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *listen,
-                 size_t n_listen, const struct nbd_limits *limits, struct nbd_server **out)
+nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *listen, size_t n_listen,
+                 const struct nbd_limits *limits, struct nbd_server **out)
 {
     struct nbd_server *srv = calloc(1, sizeof(*srv));
     if (!srv)
@@ -225,6 +224,8 @@ nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *list
         srv->limits.max_inflight = 64;
     if (srv->limits.max_inflight_bytes == 0)
         srv->limits.max_inflight_bytes = 128ull << 20;
+    if (srv->limits.handshake_timeout_ms == 0)
+        srv->limits.handshake_timeout_ms = 30000;
 
     int rc = 0;
     for (size_t i = 0; i < n_listen && rc == 0; i++) {

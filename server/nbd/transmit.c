@@ -37,11 +37,15 @@ on_engine_done(struct engine_req *er)
     struct nbd_req *req = er->user;
     struct nbd_conn *c = req->conn;
     c->engine_pending--;
-    if (c->closing || c->force) {
+    if (c->closing) {
         nbd__req_free(req);
         return;
     }
+    /* Even when stopping (server shutdown, socket error) the reply is attempted: the spec
+     * asks a server to service in-flight requests before it disconnects. A forced stop
+     * then closes without waiting for the reply to drain. */
     nbd__reply(req, er->result);
+    nbd__conn_kick(c);
 }
 
 static void
@@ -88,8 +92,8 @@ submit(struct nbd_conn *c, struct nbd_req *req)
         /* FAST_ZERO needs nothing: zeroing never writes data (the engine unmaps or stores
          * nothing), so it is always at least as fast as writing zeros. */
         er->op = ENGINE_OP_ZERO;
-        er->flags = (fua ? ENGINE_FUA : 0) |
-                    ((req->flags & NBD_CMD_FLAG_NO_HOLE) ? ENGINE_NO_HOLE : 0);
+        er->flags =
+            (fua ? ENGINE_FUA : 0) | ((req->flags & NBD_CMD_FLAG_NO_HOLE) ? ENGINE_NO_HOLE : 0);
         break;
     case NBD_CMD_BLOCK_STATUS: {
         size_t cap = (req->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_BS_MAX_EXTENTS;

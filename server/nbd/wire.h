@@ -11,9 +11,9 @@
 
 /* ---- handshake (fixed newstyle only; oldstyle is never offered) ---- */
 
-#define NBD_MAGIC          0x4e42444d41474943ULL /* "NBDMAGIC" */
-#define NBD_IHAVEOPT       0x49484156454f5054ULL /* "IHAVEOPT": newstyle, option requests */
-#define NBD_REP_MAGIC      0x0003e889045565a9ULL /* option replies */
+#define NBD_MAGIC     0x4e42444d41474943ULL /* "NBDMAGIC" */
+#define NBD_IHAVEOPT  0x49484156454f5054ULL /* "IHAVEOPT": newstyle, option requests */
+#define NBD_REP_MAGIC 0x0003e889045565a9ULL /* option replies */
 
 /* Handshake flags (server, 16 bits). */
 #define NBD_FLAG_FIXED_NEWSTYLE (1u << 0)
@@ -36,10 +36,10 @@
 #define NBD_OPT_EXTENDED_HEADERS  11 /* not offered: answered NBD_REP_ERR_UNSUP */
 
 /* Option reply types; errors have bit 31 set. */
-#define NBD_REP_ACK          1
-#define NBD_REP_SERVER       2
-#define NBD_REP_INFO         3
-#define NBD_REP_META_CONTEXT 4
+#define NBD_REP_ACK                 1
+#define NBD_REP_SERVER              2
+#define NBD_REP_INFO                3
+#define NBD_REP_META_CONTEXT        4
 #define NBD_REP_ERR(v)              ((uint32_t) ((1u << 31) | (v)))
 #define NBD_REP_ERR_UNSUP           NBD_REP_ERR(1)
 #define NBD_REP_ERR_POLICY          NBD_REP_ERR(2)
@@ -129,8 +129,8 @@
 #define NBD_DEDUPD_STATE_ZERO   (1u << 1) /* reads as zeros, nothing stored */
 
 /* Meta context ids, fixed so that they mean the same thing on every connection. */
-#define NBD_CTX_BASE_ALLOCATION 1
-#define NBD_CTX_DEDUPD_SHARED   2
+#define NBD_CTX_BASE_ALLOCATION      1
+#define NBD_CTX_DEDUPD_SHARED        2
 #define NBD_CTX_NAME_BASE_ALLOCATION "base:allocation"
 #define NBD_CTX_NAME_DEDUPD_SHARED   "x-dedupd:shared"
 
@@ -138,8 +138,8 @@
 
 #define NBD_PACKED __attribute__((packed))
 
-struct nbd_greeting { /* S: after connect */
-    uint64_t magic;   /* NBD_MAGIC */
+struct nbd_greeting {   /* S: after connect */
+    uint64_t magic;     /* NBD_MAGIC */
     uint64_t opt_magic; /* NBD_IHAVEOPT */
     uint16_t flags;
 } NBD_PACKED;
@@ -147,7 +147,7 @@ struct nbd_greeting { /* S: after connect */
 struct nbd_opt_hdr { /* C: each option */
     uint64_t magic;  /* NBD_IHAVEOPT */
     uint32_t option;
-    uint32_t len;    /* data bytes that follow */
+    uint32_t len; /* data bytes that follow */
 } NBD_PACKED;
 
 struct nbd_rep_hdr { /* S: each option reply */
@@ -177,7 +177,7 @@ struct nbd_info_block_size {
 } NBD_PACKED;
 
 struct nbd_request {
-    uint32_t magic;  /* NBD_REQUEST_MAGIC */
+    uint32_t magic; /* NBD_REQUEST_MAGIC */
     uint16_t flags;
     uint16_t type;
     uint64_t cookie; /* "handle" in older texts: opaque, echoed back */
@@ -186,17 +186,17 @@ struct nbd_request {
 } NBD_PACKED;
 
 struct nbd_simple_reply {
-    uint32_t magic;  /* NBD_SIMPLE_REPLY_MAGIC */
+    uint32_t magic; /* NBD_SIMPLE_REPLY_MAGIC */
     uint32_t error;
     uint64_t cookie;
 } NBD_PACKED;
 
 struct nbd_chunk_hdr { /* structured reply chunk */
-    uint32_t magic;  /* NBD_STRUCTURED_REPLY_MAGIC */
+    uint32_t magic;    /* NBD_STRUCTURED_REPLY_MAGIC */
     uint16_t flags;
     uint16_t type;
     uint64_t cookie;
-    uint32_t len;    /* payload bytes that follow */
+    uint32_t len; /* payload bytes that follow */
 } NBD_PACKED;
 
 struct nbd_chunk_offset_hole {

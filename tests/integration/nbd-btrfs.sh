@@ -82,4 +82,12 @@ PYEOF
 fi
 nbd_alive || fail "server not answering"
 nbd_server_stop
+# nbd_enginesrv logs the engine's counters when it stops.
+if line=$(grep -o 'stats logical_bytes=.*' "$TEST_TMP/dedupd.log"); then
+    log "engine $line"
+    logical=$(sed 's/.*logical_bytes=\([0-9]*\).*/\1/' <<<"$line")
+    unique=$(sed 's/.*unique_bytes=\([0-9]*\).*/\1/' <<<"$line")
+    [ $((logical - unique)) -ge $((3 * (24 << 20) - (4 << 20))) ] ||
+        fail "engine stored the identical files more than once: $line"
+fi
 echo ok

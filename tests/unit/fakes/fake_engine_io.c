@@ -81,8 +81,8 @@ int
 fake_io_add_export(struct engine *e, const char *name, uint64_t size, uint32_t chunk_size,
                    bool read_only)
 {
-    if (e->n_exports == MAX_EXPORTS || strlen(name) == 0 ||
-        strlen(name) > DEDUPD_EXPORT_NAME_MAX || chunk_size == 0 || size % chunk_size)
+    if (e->n_exports == MAX_EXPORTS || strlen(name) == 0 || strlen(name) > DEDUPD_EXPORT_NAME_MAX ||
+        chunk_size == 0 || size % chunk_size)
         return -EINVAL;
     for (size_t i = 0; i < e->n_exports; i++)
         if (strcmp(e->exports[i].info.name, name) == 0)
@@ -361,9 +361,8 @@ run_op(struct engine_req *r)
         pthread_mutex_unlock(&e->mu);
         return err;
     }
-    unsigned delay = (e->delay_ms && r->off == e->delay_off && r->op != ENGINE_OP_FLUSH)
-                         ? e->delay_ms
-                         : 0;
+    unsigned delay =
+        (e->delay_ms && r->off == e->delay_off && r->op != ENGINE_OP_FLUSH) ? e->delay_ms : 0;
     e->running++;
     if (e->running > e->cnt.max_concurrent)
         e->cnt.max_concurrent = e->running;

@@ -24,8 +24,8 @@ void fake_io_delay(struct engine *e, uint64_t off, unsigned ms);
 
 struct fake_io_counters {
     uint64_t reads, writes, trims, zeros, flushes, extents;
-    uint64_t fua;        /* operations that carried ENGINE_FUA */
-    uint64_t no_hole;    /* zero operations that carried ENGINE_NO_HOLE */
+    uint64_t fua;         /* operations that carried ENGINE_FUA */
+    uint64_t no_hole;     /* zero operations that carried ENGINE_NO_HOLE */
     uint64_t live_chunks; /* distinct stored chunks */
     uint32_t open_handles;
     uint32_t max_concurrent; /* most operations running at once */

@@ -32,12 +32,16 @@ on_wake(uv_async_t *a)
 {
     (void) a;
     pthread_mutex_lock(&mu);
-    if (pending_fn) {
-        pending_fn(pending_arg);
-        pending_fn = NULL;
-        pending_done = true;
-        pthread_cond_broadcast(&cv);
-    }
+    void (*fn)(void *) = pending_fn;
+    void *arg = pending_arg;
+    pending_fn = NULL;
+    pthread_mutex_unlock(&mu);
+    if (!fn)
+        return;
+    fn(arg); /* without the lock: fn may complete things that take it */
+    pthread_mutex_lock(&mu);
+    pending_done = true;
+    pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
 }
 
@@ -313,8 +317,7 @@ cl_go(int fd, const char *name, bool structured, const char *const *ctx, uint64_
         memcpy(b + 4 + nl, &be, 4);
         cl_opt(fd, NBD_OPT_SET_META_CONTEXT, b, (uint32_t) p);
         uint32_t t;
-        while ((t = cl_rep(fd, NBD_OPT_SET_META_CONTEXT, b, sizeof(b), &l)) ==
-               NBD_REP_META_CONTEXT)
+        while ((t = cl_rep(fd, NBD_OPT_SET_META_CONTEXT, b, sizeof(b), &l)) == NBD_REP_META_CONTEXT)
             ;
         cr_assert_eq(t, NBD_REP_ACK);
     }
@@ -346,8 +349,12 @@ void
 cl_req(int fd, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
        const void *payload)
 {
-    struct nbd_request r = {htobe32(NBD_REQUEST_MAGIC), htobe16(flags), htobe16(type),
-                            htobe64(cookie), htobe64(off), htobe32(len)};
+    struct nbd_request r = {htobe32(NBD_REQUEST_MAGIC),
+                            htobe16(flags),
+                            htobe16(type),
+                            htobe64(cookie),
+                            htobe64(off),
+                            htobe32(len)};
     cr_assert(cl_send(fd, &r, sizeof(r)));
     if (payload && len)
         cr_assert(cl_send(fd, payload, len));
@@ -393,4 +400,46 @@ cl_chunk(int fd, struct cl_chunk *c)
     c->payload = malloc(c->len ? c->len : 1);
     if (c->len)
         cr_assert(cl_recv(fd, c->payload, c->len));
+}
+
+struct listen_args {
+    struct harness *h;
+    const char *const *addrs;
+    size_t n;
+    int rc;
+    bool stopped;
+};
+
+static void
+second_stopped(void *arg)
+{
+    struct listen_args *a = arg;
+    pthread_mutex_lock(&mu);
+    a->stopped = true;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void
+do_listen(void *arg)
+{
+    struct listen_args *a = arg;
+    struct nbd_server *srv = NULL;
+    a->rc = nbd_server_start(&loop, a->h->e, a->addrs, a->n, NULL, &srv);
+    if (a->rc == 0)
+        nbd_server_stop(srv, second_stopped, a);
+    else
+        a->stopped = true; /* a failed start frees itself when its handles close */
+}
+
+int
+h_try_listen(struct harness *h, const char *const *addrs, size_t n)
+{
+    struct listen_args a = {h, addrs, n, 0, false};
+    run_on_loop(do_listen, &a);
+    pthread_mutex_lock(&mu);
+    while (!a.stopped)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return a.rc;
 }

@@ -30,6 +30,9 @@ void h_stop(struct harness *h);
 int h_connect(struct harness *h);
 int h_connect_unix(struct harness *h);
 uint32_t h_connections(struct harness *h);
+/* Starts a second server on the harness loop with these listeners; stops it again on
+ * success. Returns nbd_server_start's result. */
+int h_try_listen(struct harness *h, const char *const *addrs, size_t n);
 
 /* ---- blocking client ---- */
 bool cl_send(int fd, const void *p, size_t n);
@@ -44,8 +47,7 @@ void cl_opt(int fd, uint32_t opt, const void *data, uint32_t len);
 uint32_t cl_rep(int fd, uint32_t want_opt, void *buf, uint32_t cap, uint32_t *len);
 /* Full negotiation: greet, optional STRUCTURED_REPLY and SET_META_CONTEXT of ctx (NULL
  * terminated), then GO name. Returns the transmission flags; *size set. */
-uint16_t cl_go(int fd, const char *name, bool structured, const char *const *ctx,
-               uint64_t *size);
+uint16_t cl_go(int fd, const char *name, bool structured, const char *const *ctx, uint64_t *size);
 void cl_req(int fd, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
             const void *payload);
 /* Simple reply: returns the NBD error, cookie checked when want_cookie != 0. */

@@ -430,3 +430,16 @@ Test(handshake, eof_in_the_middle_of_an_option_is_clean)
         usleep(10000);
     cr_assert_eq(h_connections(&h), 0);
 }
+
+Test(handshake, empty_export_name_selects_the_default_export)
+{
+    int fd = h_connect(&h);
+    cl_greet(fd, FLAGS);
+    cl_opt(fd, NBD_OPT_EXPORT_NAME, NULL, 0);
+    uint8_t b[10];
+    cr_assert(cl_recv(fd, b, sizeof(b)));
+    uint64_t size;
+    memcpy(&size, b, 8);
+    cr_assert_eq(be64toh(size), H_DEFAULT_SIZE);
+    close(fd);
+}

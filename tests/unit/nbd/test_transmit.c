@@ -93,8 +93,8 @@ sread(int fd, uint16_t flags, uint64_t off, uint32_t len, uint8_t *out, uint32_t
             break;
     }
     if (*err == 0)
-        cr_assert_eq(covered, len, "read reply covers %lu of %u bytes",
-                     (unsigned long) covered, len);
+        cr_assert_eq(covered, len, "read reply covers %lu of %u bytes", (unsigned long) covered,
+                     len);
     return holes;
 }
 
@@ -203,8 +203,7 @@ Test(transmit, range_and_permission_errors_keep_the_stream_in_sync)
         cr_assert_eq(simple_status(fd, NBD_CMD_WRITE, 0, 0, 8192, b), NBD_EPERM);
         cr_assert_eq(simple_status(fd, NBD_CMD_TRIM, 0, 0, 4096, NULL), NBD_EPERM);
         cr_assert_eq(simple_status(fd, NBD_CMD_WRITE_ZEROES, 0, 0, 4096, NULL), NBD_EPERM);
-        cr_assert_eq(simple_status(fd, NBD_CMD_CACHE, 0, H_RO_SIZE - 10, 20, NULL),
-                     NBD_EINVAL);
+        cr_assert_eq(simple_status(fd, NBD_CMD_CACHE, 0, H_RO_SIZE - 10, 20, NULL), NBD_EINVAL);
         cr_assert_eq(simple_status(fd, NBD_CMD_FLUSH, 0, 0, 0, NULL), 0);
         close(fd);
 
@@ -307,8 +306,7 @@ Test(transmit, flush_fua_trim_and_zeroes_reach_the_engine)
 
 /* Reads one BLOCK_STATUS reply: descriptors per context id into d[id][], counts in n[id]. */
 static void
-block_status(int fd, uint16_t flags, uint64_t off, uint32_t len, uint32_t d[3][64][2],
-             int n[3])
+block_status(int fd, uint16_t flags, uint64_t off, uint32_t len, uint32_t d[3][64][2], int n[3])
 {
     memset(n, 0, 3 * sizeof(int));
     cl_req(fd, NBD_CMD_BLOCK_STATUS, flags, 5, off, len, NULL);
@@ -347,8 +345,8 @@ Test(transmit, block_status_reports_holes_and_shared_chunks)
     uint8_t a[4096], b[4096];
     fill(a, 4096, 1);
     fill(b, 4096, 2);
-    write_ok(fd, 0, a, 4096);     /* chunk 0: a (shared with chunk 3) */
-    write_ok(fd, 4096, b, 4096);  /* chunk 1: b (unique) */
+    write_ok(fd, 0, a, 4096);    /* chunk 0: a (shared with chunk 3) */
+    write_ok(fd, 4096, b, 4096); /* chunk 1: b (unique) */
     write_ok(fd, 3 * 4096, a, 4096);
     uint32_t d[3][64][2];
     int n[3];
