@@ -102,8 +102,7 @@ ctl__progress(struct ctl_call *call, const char *op, uint64_t done, uint64_t tot
 void
 ctl__finding(struct ctl_call *call, const char *finding)
 {
-    call->n_findings++;
-    log_warn("ctl: %s: %s", call->name, finding);
+    call->n_findings++; /* the store logged it, with its context */
     if (!call->findings) {
         call->findings = ctl__alloc(call, CTL_MAX_FINDINGS * sizeof(char *));
         if (!call->findings)

@@ -133,7 +133,7 @@ int ctl__fail(struct ctl_call *call, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Reports progress to the client; returns non-zero when the command should stop. */
 int ctl__progress(struct ctl_call *call, const char *op, uint64_t done, uint64_t total);
-/* Keeps a finding for the Response (up to CTL_MAX_FINDINGS) and logs it. */
+/* Keeps a finding for the Response (up to CTL_MAX_FINDINGS); the store has logged it. */
 void ctl__finding(struct ctl_call *call, const char *finding);
 char **ctl__findings(struct ctl_call *call, size_t *n);
 

@@ -213,6 +213,10 @@ fi
 expect_rc 0 ctl export delete vm1
 expect_rc 1 ctl export info vm1
 grep -q "no export named 'vm1'" "$ERR" || fail "deleted export still there"
+if [ "$have_nbd" = 1 ]; then
+    # Gone for new NBD connections too, without a restart.
+    ! nbd_py "$(nbd_unix_uri vm1)" 'pass' 2>/dev/null || fail "NBD still serves a deleted export"
+fi
 
 # ---- maintenance ----
 expect_rc 0 ctl --json gc --force
