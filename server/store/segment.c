@@ -232,6 +232,7 @@ store__seg_sync_all(struct store *st)
             return rc;
         }
         sg->synced = sg->size;
+        sg->dirty = true; /* the watermark goes to meta in the sync's own batch */
     }
     if (st->dir_dirty) {
         int rc = store__io->fsync_dir(st->seg_dir);
