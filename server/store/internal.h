@@ -147,7 +147,7 @@ void store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_se
 int store__seg_sync_all(struct store *st); /* commit_lock: fdatasync segments, dir */
 int store__seal_active(struct store *st);  /* commit_lock */
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
-                       struct store_record_hdr *h, void *buf, size_t cap);
+                       struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);
 /* Reads the whole record at off (header + stored bytes) into buf and verifies it; *len
  * gets its length. 0, -EUCLEAN, -ENOSPC (cap too small), -EIO. */
 int store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,

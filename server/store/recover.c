@@ -198,7 +198,7 @@ verify_tail(struct store *st, struct store_seg *sg, uint64_t from, struct lost *
             continue;
         }
         struct store_record_hdr h;
-        int r = store__read_record(st, sg, off, &h, buf, DEDUPD_CHUNK_MAX);
+        int r = store__read_record(st, sg, off, &h, buf, DEDUPD_CHUNK_MAX, 0);
         if (r == 0 && h.chunk_id != id)
             r = -EUCLEAN;
         if (r == -EUCLEAN) {

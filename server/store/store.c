@@ -240,7 +240,7 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
         if (!sg)
             continue;
         struct store_record_hdr h;
-        rc = store__read_record(st, sg, r.off, &h, buf, cap);
+        rc = store__read_record(st, sg, r.off, &h, buf, cap, r.stored_len);
         store__seg_put(st, sg);
         if (rc == 0 && (h.chunk_id != chunk_id || h.raw_len != r.raw_len))
             rc = -EUCLEAN;
