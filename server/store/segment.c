@@ -161,11 +161,10 @@ seg_new(struct store *st, uint32_t id, int flags, struct store_seg **out)
 int
 store__seg_create(struct store *st, uint32_t id, struct store_seg **out)
 {
+    __atomic_store_n(&st->dir_dirty, 1, __ATOMIC_SEQ_CST);
     int rc = seg_new(st, id, O_RDWR | O_CREAT | O_EXCL, out);
-    if (rc == 0) {
-        st->dir_dirty = true;
+    if (rc == 0)
         (*out)->dirty = true;
-    }
     return rc;
 }
 
@@ -226,22 +225,80 @@ store__seg_sync_all(struct store *st)
         struct store_seg *sg = st->segs[i];
         if (sg->synced == sg->size)
             continue;
+        __atomic_store_n(&sg->unsynced, 0, __ATOMIC_SEQ_CST);
         int rc = store__io->fdatasync(sg->fd);
         if (rc) {
+            __atomic_store_n(&sg->unsynced, 1, __ATOMIC_SEQ_CST);
             log_err("store: seg %" PRIu32 ": fdatasync: %s", sg->id, strerror(-rc));
             return rc;
         }
         sg->synced = sg->size;
+        sg->dirty = true; /* the watermark goes to meta in the sync's own batch */
     }
-    if (st->dir_dirty) {
-        int rc = store__io->fsync_dir(st->seg_dir);
-        if (rc) {
-            log_err("store: %s: fsync: %s", st->seg_dir, strerror(-rc));
-            return rc;
+    return store__seg_sync_dir(st);
+}
+
+int
+store__seg_sync_dir(struct store *st)
+{
+    if (!__atomic_exchange_n(&st->dir_dirty, 0, __ATOMIC_SEQ_CST))
+        return 0;
+    int rc = store__io->fsync_dir(st->seg_dir);
+    if (rc) {
+        __atomic_store_n(&st->dir_dirty, 1, __ATOMIC_SEQ_CST);
+        log_err("store: %s: fsync: %s", st->seg_dir, strerror(-rc));
+    }
+    return rc;
+}
+
+/* The WAL hook (meta_set_wal_hook): someone is about to make the WAL durable, maybe while
+ * holding a transaction (the commit lock), so only seg_lock is taken here. Every segment
+ * written since its last fdatasync began is synced, and the directory if it changed. */
+int
+store__wal_hook(void *arg, bool before)
+{
+    struct store *st = arg;
+    if (!before) {
+        pthread_rwlock_unlock(&st->wal_lock);
+        return 0;
+    }
+    pthread_rwlock_wrlock(&st->wal_lock);
+    struct store_seg *todo[64];
+    int rc = 0;
+    for (bool more = true; more && rc == 0;) {
+        size_t n = 0;
+        more = false;
+        pthread_mutex_lock(&st->seg_lock);
+        for (size_t i = 0; i < st->nsegs; i++) {
+            struct store_seg *sg = st->segs[i];
+            if (!__atomic_load_n(&sg->unsynced, __ATOMIC_SEQ_CST))
+                continue;
+            if (n == sizeof(todo) / sizeof(todo[0])) {
+                more = true;
+                break;
+            }
+            __atomic_store_n(&sg->unsynced, 0, __ATOMIC_SEQ_CST);
+            sg->refs++;
+            todo[n++] = sg;
         }
-        st->dir_dirty = false;
+        pthread_mutex_unlock(&st->seg_lock);
+        for (size_t i = 0; i < n; i++) {
+            int r = rc ? rc : store__io->fdatasync(todo[i]->fd);
+            if (r) {
+                __atomic_store_n(&todo[i]->unsynced, 1, __ATOMIC_SEQ_CST);
+                if (!rc)
+                    log_err("store: seg %" PRIu32 ": fdatasync: %s", todo[i]->id,
+                            strerror(-r));
+                rc = r;
+            }
+            store__seg_put(st, todo[i]);
+        }
     }
-    return 0;
+    if (rc == 0)
+        rc = store__seg_sync_dir(st);
+    if (rc)
+        pthread_rwlock_unlock(&st->wal_lock);
+    return rc;
 }
 
 int
@@ -264,27 +321,50 @@ store__seal_active(struct store *st)
 }
 
 /* Reads and verifies the record at off: header decodes, stored bytes match data_crc.
- * Stored bytes go to buf (cap >= stored_len) unless buf is NULL (header only).
- * 0, -EUCLEAN (corrupt or torn: logged by the caller who knows the chunk), -EIO. */
+ * Stored bytes go to buf (cap >= stored_len). With expect_len (the stored length the
+ * chunk entry records; 0 = unknown) header and bytes come in one preadv, which is the
+ * read path's common case. 0, -EUCLEAN (corrupt or torn: logged by the caller who knows
+ * the chunk), -EIO. */
 int
 store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
-                   struct store_record_hdr *h, void *buf, size_t cap)
+                   struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len)
 {
     (void) st;
     uint8_t hb[STORE_RECORD_HDR_LEN];
-    ssize_t n = store__io_read_full(sg->fd, hb, sizeof(hb), off);
-    if (n < 0)
-        return (int) n;
-    if (store_record_decode(hb, (size_t) n, h) != 0)
+    size_t want = expect_len && expect_len <= cap ? expect_len : 0;
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {buf, want}};
+    ssize_t got;
+    do
+        got = store__io->preadv(sg->fd, iov, want ? 2 : 1, off);
+    while (got == -EINTR);
+    if (got < 0)
+        return (int) got;
+    /* Short reads are rare (a torn tail, a signal); the plain loops finish the rest. */
+    size_t done = (size_t) got;
+    if (done < sizeof(hb)) {
+        ssize_t n = store__io_read_full(sg->fd, hb, sizeof(hb), off);
+        if (n < 0)
+            return (int) n;
+        if (store_record_decode(hb, (size_t) n, h) != 0)
+            return -EUCLEAN;
+        done = sizeof(hb);
+    } else if (store_record_decode(hb, sizeof(hb), h) != 0) {
         return -EUCLEAN;
-    if (!buf)
-        return 0;
+    }
     if (h->stored_len > cap)
         return -EUCLEAN;
-    n = store__io_read_full(sg->fd, buf, h->stored_len, off + STORE_RECORD_HDR_LEN);
-    if (n < 0)
-        return (int) n;
-    if ((size_t) n != h->stored_len || crc32c(0, buf, h->stored_len) != h->data_crc)
+    size_t have = done - sizeof(hb);
+    if (want != h->stored_len)
+        have = 0; /* the chunk entry and the header disagree: read what the header says */
+    if (have < h->stored_len) {
+        ssize_t n = store__io_read_full(sg->fd, (uint8_t *) buf + have, h->stored_len - have,
+                                        off + STORE_RECORD_HDR_LEN + have);
+        if (n < 0)
+            return (int) n;
+        if ((size_t) n != h->stored_len - have)
+            return -EUCLEAN;
+    }
+    if (crc32c(0, buf, h->stored_len) != h->data_crc)
         return -EUCLEAN;
     return 0;
 }
