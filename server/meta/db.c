@@ -170,6 +170,8 @@ check_cf_list(struct meta *m, const char *dir)
         log_err("meta: %s: not a readable RocksDB database (%s); refusing to touch it", dir,
                 err);
         free(err);
+        if (names)
+            rocksdb_list_column_families_destroy(names, n);
         return -EPROTO;
     }
     int rc = 0;

@@ -115,6 +115,18 @@ load_seg_entries(struct store *st, struct meta_batch *b)
             meta_batch_delete(b, META_CF_META, k, kl); /* compaction's leftover */
             continue;
         }
+        if (sg->size < synced) {
+            /* Synced bytes cannot vanish in a crash: someone cut or replaced the file. */
+            log_err("store: seg %" PRIu32 ": file is %" PRIu64 " bytes but %" PRIu64
+                    " bytes of it were synced: truncated or replaced; %s", id, sg->size,
+                    synced, st->opt.read_only ? "reads past its end will fail"
+                                              : "refusing to open read-write (open it "
+                                                "read-only to check and scrub)");
+            if (!st->opt.read_only) {
+                rc = -EUCLEAN;
+                break;
+            }
+        }
         sg->live = live;
         sg->dead = dead;
         sg->sealed = v[33] != 0;
@@ -141,6 +153,20 @@ load_seg_entries(struct store *st, struct meta_batch *b)
     meta_iter_free(it);
     if (rc)
         return rc;
+    /* A file without an entry is the leftover of a seal that never committed, which can
+     * only be newer than every segment the database knows. Anything else is not ours. */
+    uint32_t max_known = 0;
+    for (size_t i = 0; i < st->nsegs; i++)
+        if (st->segs[i]->has_entry && st->segs[i]->id > max_known)
+            max_known = st->segs[i]->id;
+    for (size_t i = 0; i < st->nsegs; i++) {
+        if (!st->segs[i]->has_entry && st->segs[i]->id < max_known) {
+            log_err("store: seg %" PRIu32 ": file %s/seg-%08" PRIu32 ".log is not known to "
+                    "the database but older than segments it knows; refusing to open",
+                    st->segs[i]->id, st->seg_dir, st->segs[i]->id);
+            return -EUCLEAN;
+        }
+    }
     return 0;
 }
 
@@ -172,7 +198,7 @@ verify_tail(struct store *st, struct store_seg *sg, uint64_t from, struct lost *
             continue;
         }
         struct store_record_hdr h;
-        int r = store__read_record(st, sg, off, &h, buf, DEDUPD_CHUNK_MAX);
+        int r = store__read_record(st, sg, off, &h, buf, DEDUPD_CHUNK_MAX, 0);
         if (r == 0 && h.chunk_id != id)
             r = -EUCLEAN;
         if (r == -EUCLEAN) {
