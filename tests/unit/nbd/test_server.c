@@ -246,3 +246,19 @@ Test(server, handshake_timeout_drops_idle_clients_only)
     close(good);
     h_stop(&h);
 }
+
+Test(server, half_closed_client_that_never_reads_is_dropped_in_time)
+{
+    struct nbd_limits lim = {.handshake_timeout_ms = 300};
+    h_start(&h, &lim, false);
+    int fd = h_connect(&h);
+    cl_go(fd, "", true, NULL, NULL);
+    for (int i = 0; i < 16; i++)
+        cl_req(fd, NBD_CMD_READ, NBD_CMD_FLAG_DF, i, 0, 1 << 20, NULL);
+    shutdown(fd, SHUT_WR); /* end of input, but the replies are never read */
+    for (int i = 0; i < 300 && h_connections(&h) > 0; i++)
+        usleep(10000);
+    cr_assert_eq(h_connections(&h), 0, "a client that never reads kept its connection");
+    close(fd);
+    h_stop(&h);
+}
