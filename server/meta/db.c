@@ -25,6 +25,9 @@
 #include "meta/internal.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <unistd.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -167,6 +170,8 @@ check_cf_list(struct meta *m, const char *dir)
         log_err("meta: %s: not a readable RocksDB database (%s); refusing to touch it", dir,
                 err);
         free(err);
+        if (names)
+            rocksdb_list_column_families_destroy(names, n);
         return -EPROTO;
     }
     int rc = 0;
@@ -252,6 +257,64 @@ close_db(struct meta *m)
     m->db = NULL;
 }
 
+static int
+rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void) sb;
+    (void) flag;
+    (void) ftw;
+    return remove(path);
+}
+
+/* A fresh database is built under "<db_dir>.creating" and renamed into place once it has
+ * all its column families and its format_version, so that a crash half-way through never
+ * leaves a directory that later opens would refuse as foreign. */
+static int
+create_fresh(struct meta *m, const char *db_dir)
+{
+    char tmp[4096], parent[4096];
+    snprintf(tmp, sizeof(tmp), "%s.creating", db_dir);
+    nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS); /* a leftover of a crashed creation */
+    int rc = open_db(m, tmp, false, true);
+    if (rc)
+        return rc;
+    uint8_t v[4] = {0, 0, 0, DEDUPD_FORMAT_VERSION};
+    struct meta_batch *b = meta_batch_new();
+    if (!b) {
+        close_db(m);
+        return -ENOMEM;
+    }
+    meta_batch_put(b, META_CF_META, FORMAT_KEY, strlen(FORMAT_KEY), v, sizeof(v));
+    rc = meta_batch_commit(m, b, true);
+    meta_batch_free(b);
+    close_db(m);
+    if (rc)
+        return rc;
+    if (rmdir(db_dir) < 0 && errno != ENOENT) { /* empty (checked by the caller) */
+        rc = -errno;
+        log_err("meta: rmdir %s: %s", db_dir, strerror(errno));
+        return rc;
+    }
+    if (rename(tmp, db_dir) < 0) {
+        rc = -errno;
+        log_err("meta: rename %s -> %s: %s", tmp, db_dir, strerror(errno));
+        return rc;
+    }
+    snprintf(parent, sizeof(parent), "%s", db_dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = 0;
+    else
+        snprintf(parent, sizeof(parent), "%s", slash ? "/" : ".");
+    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    log_info("meta: created database %s (format %d)", db_dir, DEDUPD_FORMAT_VERSION);
+    return 0;
+}
+
 int
 meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out)
 {
@@ -285,23 +348,9 @@ meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out)
             rc = -ENOENT;
             goto fail;
         }
-        rc = open_db(m, db_dir, false, true);
+        rc = create_fresh(m, db_dir);
         if (rc)
             goto fail;
-        uint8_t v[4] = {0, 0, 0, DEDUPD_FORMAT_VERSION};
-        struct meta_batch *b = meta_batch_new();
-        if (!b) {
-            rc = -ENOMEM;
-            goto fail;
-        }
-        meta_batch_put(b, META_CF_META, FORMAT_KEY, strlen(FORMAT_KEY), v, sizeof(v));
-        rc = meta_batch_commit(m, b, true);
-        meta_batch_free(b);
-        if (rc)
-            goto fail;
-        log_info("meta: created database %s (format %d)", db_dir, DEDUPD_FORMAT_VERSION);
-        *out = m;
-        return 0;
     }
 
     rc = check_cf_list(m, db_dir);

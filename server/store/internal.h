@@ -128,9 +128,10 @@ struct store {
     /* compaction thread */
     pthread_t compact_thread;
     bool compact_running;
-    pthread_mutex_t compact_mu;
+    pthread_mutex_t compact_mu;   /* guards compact_stop; compact_cv waits on it */
     pthread_cond_t compact_cv;
     bool compact_stop;
+    pthread_mutex_t compact_run;  /* one compaction pass at a time (taken before commit_lock) */
 };
 
 /* segment.c */
@@ -146,7 +147,11 @@ void store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_se
 int store__seg_sync_all(struct store *st); /* commit_lock: fdatasync segments, dir */
 int store__seal_active(struct store *st);  /* commit_lock */
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
-                       struct store_record_hdr *h, void *buf, size_t cap);
+                       struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);
+/* Reads the whole record at off (header + stored bytes) into buf and verifies it; *len
+ * gets its length. 0, -EUCLEAN, -ENOSPC (cap too small), -EIO. */
+int store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
+                    struct store_record_hdr *h, uint64_t *len);
 
 /* store.c */
 void store__counters_put(struct store *st, struct meta_batch *b, const struct store_counters *c);
@@ -155,10 +160,19 @@ void store__export_count_set(struct store *st, uint32_t export_id, uint64_t v);
 void store__export_put(struct meta_batch *b, uint32_t export_id, uint64_t v);
 int store__chunk_load(struct store *st, uint64_t id, struct meta_chunk_rec *r);
 int store__wal_pace(struct store *st, size_t batch_bytes); /* commit_lock */
+int store__sync_locked(struct store *st);                  /* commit_lock */
 
 /* txn.c */
 int store__txn_init(struct store_txn *tx, struct store *st);
 void store__txn_fini(struct store_txn *tx);
+struct store_move {  /* one record compaction wants to copy */
+    uint64_t off;     /* in the source segment */
+    uint64_t id;      /* chunk id the rev entry named */
+    uint64_t len;     /* record bytes (header + stored) */
+    size_t buf_off;   /* where the record's bytes are in the caller's buffer */
+};
+int store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
+                        size_t n, const uint8_t *buf, uint64_t *moved);
 
 /* recover.c */
 int store__recover(struct store *st);

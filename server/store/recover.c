@@ -7,8 +7,10 @@
  *   committed; it holds no indexed record: truncated to zero (it stays, as the active one
  *   if it is the newest).
  * - A `seg:` entry whose file is missing: fine if it has no live bytes (compaction removed
- *   the file, then crashed before deleting the entry); otherwise the directory is corrupt:
- *   -EIO with the segment named, nothing changed.
+ *   the file, then crashed before deleting the entry); if it was never synced, its name
+ *   may simply not have reached the disk: recreated empty, its chunks then found lost
+ *   (below); otherwise the directory is corrupt: -EIO with the segment named, nothing
+ *   changed.
  * - Indexed records beyond a segment's synced watermark that are short or fail their CRC
  *   (possible only after a power cut, since RocksDB is not allowed to persist a batch
  *   before its segment bytes were fdatasync'ed; this is the safety net): each such chunk is
@@ -93,6 +95,15 @@ load_seg_entries(struct store *st, struct meta_batch *b)
         uint64_t size = rd64(v + 1), synced = rd64(v + 9), live = rd64(v + 17),
                  dead = rd64(v + 25);
         struct store_seg *sg = store__seg_find(st, id);
+        if (!sg && live && synced == 0 && !st->opt.read_only) {
+            /* Never synced: its name may not have reached the disk. Nothing in it was
+             * promised durable, so its chunks are checked (and found lost) below. */
+            log_warn("store: seg %" PRIu32 ": file missing but never synced; its chunks "
+                     "will be dropped", id);
+            rc = store__seg_create(st, id, &sg);
+            if (rc)
+                break;
+        }
         if (!sg) {
             if (live) {
                 log_err("store: seg %" PRIu32 ": file missing from %s but %" PRIu64
@@ -103,6 +114,18 @@ load_seg_entries(struct store *st, struct meta_batch *b)
             }
             meta_batch_delete(b, META_CF_META, k, kl); /* compaction's leftover */
             continue;
+        }
+        if (sg->size < synced) {
+            /* Synced bytes cannot vanish in a crash: someone cut or replaced the file. */
+            log_err("store: seg %" PRIu32 ": file is %" PRIu64 " bytes but %" PRIu64
+                    " bytes of it were synced: truncated or replaced; %s", id, sg->size,
+                    synced, st->opt.read_only ? "reads past its end will fail"
+                                              : "refusing to open read-write (open it "
+                                                "read-only to check and scrub)");
+            if (!st->opt.read_only) {
+                rc = -EUCLEAN;
+                break;
+            }
         }
         sg->live = live;
         sg->dead = dead;
@@ -130,6 +153,20 @@ load_seg_entries(struct store *st, struct meta_batch *b)
     meta_iter_free(it);
     if (rc)
         return rc;
+    /* A file without an entry is the leftover of a seal that never committed, which can
+     * only be newer than every segment the database knows. Anything else is not ours. */
+    uint32_t max_known = 0;
+    for (size_t i = 0; i < st->nsegs; i++)
+        if (st->segs[i]->has_entry && st->segs[i]->id > max_known)
+            max_known = st->segs[i]->id;
+    for (size_t i = 0; i < st->nsegs; i++) {
+        if (!st->segs[i]->has_entry && st->segs[i]->id < max_known) {
+            log_err("store: seg %" PRIu32 ": file %s/seg-%08" PRIu32 ".log is not known to "
+                    "the database but older than segments it knows; refusing to open",
+                    st->segs[i]->id, st->seg_dir, st->segs[i]->id);
+            return -EUCLEAN;
+        }
+    }
     return 0;
 }
 
@@ -161,7 +198,7 @@ verify_tail(struct store *st, struct store_seg *sg, uint64_t from, struct lost *
             continue;
         }
         struct store_record_hdr h;
-        int r = store__read_record(st, sg, off, &h, buf, DEDUPD_CHUNK_MAX);
+        int r = store__read_record(st, sg, off, &h, buf, DEDUPD_CHUNK_MAX, 0);
         if (r == 0 && h.chunk_id != id)
             r = -EUCLEAN;
         if (r == -EUCLEAN) {

@@ -232,6 +232,7 @@ store__seg_sync_all(struct store *st)
             return rc;
         }
         sg->synced = sg->size;
+        sg->dirty = true; /* the watermark goes to meta in the sync's own batch */
     }
     if (st->dir_dirty) {
         int rc = store__io->fsync_dir(st->seg_dir);
@@ -264,27 +265,75 @@ store__seal_active(struct store *st)
 }
 
 /* Reads and verifies the record at off: header decodes, stored bytes match data_crc.
- * Stored bytes go to buf (cap >= stored_len) unless buf is NULL (header only).
- * 0, -EUCLEAN (corrupt or torn: logged by the caller who knows the chunk), -EIO. */
+ * Stored bytes go to buf (cap >= stored_len). With expect_len (the stored length the
+ * chunk entry records; 0 = unknown) header and bytes come in one preadv, which is the
+ * read path's common case. 0, -EUCLEAN (corrupt or torn: logged by the caller who knows
+ * the chunk), -EIO. */
 int
 store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
-                   struct store_record_hdr *h, void *buf, size_t cap)
+                   struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len)
 {
     (void) st;
     uint8_t hb[STORE_RECORD_HDR_LEN];
-    ssize_t n = store__io_read_full(sg->fd, hb, sizeof(hb), off);
-    if (n < 0)
-        return (int) n;
-    if (store_record_decode(hb, (size_t) n, h) != 0)
+    size_t want = expect_len && expect_len <= cap ? expect_len : 0;
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {buf, want}};
+    ssize_t got;
+    do
+        got = store__io->preadv(sg->fd, iov, want ? 2 : 1, off);
+    while (got == -EINTR);
+    if (got < 0)
+        return (int) got;
+    /* Short reads are rare (a torn tail, a signal); the plain loops finish the rest. */
+    size_t done = (size_t) got;
+    if (done < sizeof(hb)) {
+        ssize_t n = store__io_read_full(sg->fd, hb, sizeof(hb), off);
+        if (n < 0)
+            return (int) n;
+        if (store_record_decode(hb, (size_t) n, h) != 0)
+            return -EUCLEAN;
+        done = sizeof(hb);
+    } else if (store_record_decode(hb, sizeof(hb), h) != 0) {
         return -EUCLEAN;
-    if (!buf)
-        return 0;
+    }
     if (h->stored_len > cap)
         return -EUCLEAN;
-    n = store__io_read_full(sg->fd, buf, h->stored_len, off + STORE_RECORD_HDR_LEN);
+    size_t have = done - sizeof(hb);
+    if (want != h->stored_len)
+        have = 0; /* the chunk entry and the header disagree: read what the header says */
+    if (have < h->stored_len) {
+        ssize_t n = store__io_read_full(sg->fd, (uint8_t *) buf + have, h->stored_len - have,
+                                        off + STORE_RECORD_HDR_LEN + have);
+        if (n < 0)
+            return (int) n;
+        if ((size_t) n != h->stored_len - have)
+            return -EUCLEAN;
+    }
+    if (crc32c(0, buf, h->stored_len) != h->data_crc)
+        return -EUCLEAN;
+    return 0;
+}
+
+int
+store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
+                struct store_record_hdr *h, uint64_t *len)
+{
+    if (cap < STORE_RECORD_HDR_LEN)
+        return -ENOSPC;
+    ssize_t n = store__io_read_full(sg->fd, buf, STORE_RECORD_HDR_LEN, off);
     if (n < 0)
         return (int) n;
-    if ((size_t) n != h->stored_len || crc32c(0, buf, h->stored_len) != h->data_crc)
+    if (store_record_decode(buf, (size_t) n, h) != 0)
         return -EUCLEAN;
+    uint64_t total = store_record_len(h->stored_len);
+    if (total > cap)
+        return -ENOSPC;
+    n = store__io_read_full(sg->fd, buf + STORE_RECORD_HDR_LEN, h->stored_len,
+                            off + STORE_RECORD_HDR_LEN);
+    if (n < 0)
+        return (int) n;
+    if ((size_t) n != h->stored_len ||
+        crc32c(0, buf + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc)
+        return -EUCLEAN;
+    *len = total;
     return 0;
 }

@@ -240,7 +240,7 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
         if (!sg)
             continue;
         struct store_record_hdr h;
-        rc = store__read_record(st, sg, r.off, &h, buf, cap);
+        rc = store__read_record(st, sg, r.off, &h, buf, cap, r.stored_len);
         store__seg_put(st, sg);
         if (rc == 0 && (h.chunk_id != chunk_id || h.raw_len != r.raw_len))
             rc = -EUCLEAN;
@@ -319,8 +319,8 @@ store_meta(struct store *st)
  * from appending between the two (its batch would reach the WAL ahead of its bytes). The
  * synced watermarks go into a small batch between the two steps, so recovery knows which
  * segment bytes it must not doubt. */
-static int
-sync_locked(struct store *st)
+int
+store__sync_locked(struct store *st)
 {
     if (st->opt.read_only)
         return 0;
@@ -348,7 +348,7 @@ int
 store_sync(struct store *st)
 {
     pthread_mutex_lock(&st->commit_lock);
-    int rc = sync_locked(st);
+    int rc = store__sync_locked(st);
     pthread_mutex_unlock(&st->commit_lock);
     return rc;
 }
@@ -366,7 +366,7 @@ store__wal_pace(struct store *st, size_t batch_bytes)
     if (st->mem_unpolled >= MEM_POLL_BYTES) {
         st->mem_unpolled = 0;
         if (meta_memtable_bytes(st->meta) + MEM_HEADROOM_BYTES >= meta_memtable_limit()) {
-            rc = sync_locked(st);
+            rc = store__sync_locked(st);
             if (rc == 0)
                 rc = meta_flush_memtables(st->meta);
             return rc;
@@ -429,6 +429,7 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     pthread_mutex_init(&st->seg_lock, NULL);
     pthread_mutex_init(&st->stat_lock, NULL);
     pthread_mutex_init(&st->compact_mu, NULL);
+    pthread_mutex_init(&st->compact_run, NULL);
     pthread_cond_init(&st->compact_cv, NULL);
 
     int rc = -ENOMEM;
@@ -514,6 +515,7 @@ store_close(struct store *st)
     pthread_mutex_destroy(&st->seg_lock);
     pthread_mutex_destroy(&st->stat_lock);
     pthread_mutex_destroy(&st->compact_mu);
+    pthread_mutex_destroy(&st->compact_run);
     pthread_cond_destroy(&st->compact_cv);
     free(st->exports);
     free(st->dir);

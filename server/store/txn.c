@@ -243,17 +243,12 @@ flush_wbuf(struct store_txn *tx)
     return 0;
 }
 
-int
-store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
-                    size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id)
+/* Makes room for one record of reclen bytes at the end of wbuf, sealing the active segment
+ * first if the record would not fit in it. The record goes to (st->active, active->size). */
+static int
+reserve_append(struct store_txn *tx, uint64_t reclen)
 {
     struct store *st = tx->st;
-    if (tx->broken)
-        return -EIO;
-    if (len == 0 || len > DEDUPD_CHUNK_MAX || hash_len > DEDUPD_HASH_MAX_LEN ||
-        (hash_len && !hash) || (hash_alg && !hash_len))
-        return -EINVAL;
-    uint64_t reclen = store_record_len(len);
     if (st->active->size > 0 && st->active->size + reclen > st->opt.seg_bytes) {
         /* Seal: the records so far go to the old segment now, the rest to a new one. */
         int rc = flush_wbuf(tx);
@@ -279,11 +274,25 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
         tx->wbuf = n;
         tx->wcap = cap;
     }
+    return seg_delta(tx, st->active) ? 0 : -ENOMEM;
+}
+
+int
+store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
+                    size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id)
+{
+    struct store *st = tx->st;
+    if (tx->broken)
+        return -EIO;
+    if (len == 0 || len > DEDUPD_CHUNK_MAX || hash_len > DEDUPD_HASH_MAX_LEN ||
+        (hash_len && !hash) || (hash_alg && !hash_len))
+        return -EINVAL;
+    uint64_t reclen = store_record_len(len);
+    int rc = reserve_append(tx, reclen);
+    if (rc)
+        return rc;
     bool found;
     if ((tx->nchunks + 1) * 2 > tx->chunks_cap && chunks_grow(tx))
-        return -ENOMEM;
-    struct txn_seg *sd = seg_delta(tx, st->active);
-    if (!sd)
         return -ENOMEM;
     uint64_t id = st->cnt.next_id;
     struct txn_chunk *e = chunk_slot(tx, id, &found);
@@ -633,5 +642,99 @@ fail:
     }
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
+    return rc;
+}
+
+/* Compaction's commit: re-appends records read from segment `from` to the active segment
+ * and points their chunks at the new copies, in one batch. Caller holds the commit lock.
+ * A record whose chunk was freed or moved since it was read is skipped (its bytes are
+ * already dead). *moved gets the record bytes moved. The new copies are written but not
+ * synced: the caller syncs before it deletes `from`. */
+int
+store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
+                    size_t n, const uint8_t *buf, uint64_t *moved)
+{
+    struct store_txn *tx = &st->txn;
+    txn_reset(tx);
+    tx->active = true;
+    tx->woff = st->active->size;
+    *moved = 0;
+    struct txn_seg *fd = seg_delta(tx, from);
+    int rc = fd ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct meta_chunk_rec r;
+        int lr = store__chunk_load(st, mv[i].id, &r);
+        if (lr == -ENOENT || (lr == 0 && (r.seg != from->id || r.off != mv[i].off)))
+            continue;
+        if (lr) {
+            rc = lr;
+            break;
+        }
+        uint64_t reclen = store_record_len(r.stored_len);
+        if (reclen != mv[i].len) {
+            log_err("store: compaction: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64
+                    ": record length disagrees with its chunk entry; left in place",
+                    mv[i].id, from->id, mv[i].off);
+            continue;
+        }
+        rc = reserve_append(tx, reclen);
+        if (rc)
+            break;
+        memcpy(tx->wbuf + tx->wlen, buf + mv[i].buf_off, reclen);
+        uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX], rk[META_REV_KEY_LEN],
+            rv[META_ID_VAL_LEN];
+        meta_key_rev_encode(rk, r.seg, r.off);
+        meta_batch_delete(tx->batch, META_CF_REV, rk, sizeof(rk));
+        r.seg = st->active->id;
+        r.off = st->active->size;
+        meta_key_chunk_encode(key, mv[i].id);
+        meta_batch_put(tx->batch, META_CF_CHUNK, key, sizeof(key), val,
+                       meta_chunk_rec_encode(val, &r));
+        meta_key_rev_encode(rk, r.seg, r.off);
+        meta_val_id_encode(rv, mv[i].id);
+        meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
+        tx->wlen += reclen;
+        st->active->size += reclen;
+        seg_delta(tx, st->active)->d_live += (int64_t) reclen;
+        fd = seg_delta(tx, from); /* the array may have grown */
+        fd->d_live -= (int64_t) reclen;
+        fd->d_dead += (int64_t) reclen;
+        *moved += reclen;
+    }
+    if (rc == 0) {
+        for (size_t i = 0; i < tx->nsegs; i++) {
+            struct txn_seg *d = &tx->segs[i];
+            struct store_seg tmp = *d->sg;
+            tmp.live = (uint64_t) ((int64_t) tmp.live + d->d_live);
+            tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
+            store__seg_put_meta(st, tx->batch, &tmp);
+        }
+        rc = flush_wbuf(tx); /* invariant 3: segment bytes before batch */
+    }
+    size_t bytes = meta_batch_bytes(tx->batch);
+    if (rc == 0)
+        rc = meta_batch_commit(st->meta, tx->batch, false);
+    if (rc == 0) {
+        for (size_t i = 0; i < tx->nsegs; i++) {
+            struct txn_seg *d = &tx->segs[i];
+            d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
+            d->sg->dead = (uint64_t) ((int64_t) d->sg->dead + d->d_dead);
+            d->sg->dirty = false;
+        }
+        rc = store__wal_pace(st, bytes);
+    } else {
+        /* Copies already written are dead; unwritten ones are un-reserved. */
+        if (tx->wlen && st->active->size == tx->woff + tx->wlen)
+            st->active->size = tx->woff;
+        for (size_t i = 0; i < tx->nsegs; i++) {
+            struct txn_seg *d = &tx->segs[i];
+            if (d->d_live > 0 && d->sg != from) {
+                d->sg->dead += (uint64_t) d->d_live;
+                d->sg->dirty = true;
+            }
+        }
+        *moved = 0;
+    }
+    txn_reset(tx);
     return rc;
 }

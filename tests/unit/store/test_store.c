@@ -28,7 +28,7 @@ teardown(void)
     tmpdir_rm(dir);
 }
 
-TestSuite(store, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(store, .init = setup, .fini = teardown);
 
 static struct store *
 open_store(uint64_t seg_bytes)
