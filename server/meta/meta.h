@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 enum meta_cf {
     META_CF_MAP = 0, /* (export id, chunk idx) -> chunk id: the block maps */
@@ -51,12 +52,26 @@ void meta_batch_put(struct meta_batch *b, enum meta_cf cf, const void *key, size
                     const void *val, size_t vlen);
 void meta_batch_delete(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen);
 size_t meta_batch_count(const struct meta_batch *b);
+size_t meta_batch_bytes(const struct meta_batch *b); /* encoded size, for flush pacing */
 /* Writes the batch atomically; b stays the caller's. With sync the WAL is fsynced first. */
 int meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync);
 
 /* Makes every committed batch durable (WAL fsync). Invariant 4: call after the segment
  * data those batches reference is durable. */
 int meta_sync(struct meta *m);
+/* The WAL is flushed manually (see db.c): committed batches stay in memory until this
+ * writes them to the WAL file (and fsyncs it with sync). meta_sync() == flush with sync.
+ * Callers must have made the segment bytes those batches reference durable first if the
+ * write may reach the disk (invariant 4). 0 or -EIO. */
+int meta_flush_wal(struct meta *m, bool sync);
+/* Flushes every memtable to SST files and waits. Used by the store right after a segment
+ * fdatasync so that RocksDB's own flush (which persists batches regardless of the WAL)
+ * never writes references to segment bytes that are not yet durable. 0 or -EIO. */
+int meta_flush_memtables(struct meta *m);
+/* Largest active memtable among the column families, and the size at which RocksDB flushes
+ * one on its own. */
+uint64_t meta_memtable_bytes(struct meta *m);
+uint64_t meta_memtable_limit(void);
 
 /* Iterators see a consistent snapshot taken at meta_iter_new. NULL on out-of-memory. */
 struct meta_iter *meta_iter_new(struct meta *m, enum meta_cf cf);
@@ -73,5 +88,7 @@ int meta_iter_status(const struct meta_iter *it);
 
 /* Approximate on-disk bytes of one column family (SST + memtables), for stats/estimates. */
 uint64_t meta_cf_size(struct meta *m, enum meta_cf cf);
+/* "map", "chunk", ... for log lines. */
+const char *meta_cf_name(enum meta_cf cf);
 
 #endif

@@ -1,0 +1,482 @@
+/* db: opening, tuning and closing dedupd's RocksDB, point reads, syncs, size estimates.
+ * Owns every rocksdb_*_t handle; the rest of the server sees enum meta_cf and bytes.
+ * Must not know what the keys mean beyond the format_version key in the meta CF.
+ *
+ * Tuning, and why:
+ * - One shared LRU block cache for all column families (size configurable, default
+ *   64 MiB): the hot set moves between CFs (map on reads, hash on writes), so one pool
+ *   beats fixed per-CF slices.
+ * - Bloom filter, 10 bits/key (~1% false positives), on every CF. It matters most on
+ *   `hash`: with unique data nearly every look-up is a miss, and the filter answers a miss
+ *   without a data-block read. On `map` it makes reads of never-written blocks cheap.
+ *   optimize_filters_for_hits stays off for the same reason (misses are the common case).
+ * - `hash` keys and values are random bytes, so its blocks are stored uncompressed;
+ *   the other CFs keep RocksDB's default compression (big-endian ids compress well).
+ * - WAL on, and flushed manually (manual_wal_flush) with a large write buffer: a committed
+ *   batch sits in memory until meta_flush_wal()/meta_sync(), so the WAL never reaches the
+ *   disk before the segment bytes its batches reference have been fdatasync'ed (the store
+ *   calls fdatasync first: invariant 4). A crash loses the unflushed tail, which is allowed
+ *   because nothing acknowledged a flush for it. Point-in-time WAL recovery keeps a prefix.
+ * - create_missing_column_families only for a fresh database: an existing directory must
+ *   already have exactly our CFs and a format_version we understand, else -EPROTO and we
+ *   touch nothing (the check is done read-only before the read-write open).
+ * - max_total_wal_size is large so that RocksDB does not force memtable flushes on its own
+ *   schedule; the store preempts flushes (meta_flush_memtables) after a segment sync. */
+#include "meta/internal.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <unistd.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dedupd/version.h"
+#include "meta/keys.h"
+#include "util/log.h"
+
+#define DEFAULT_CACHE_BYTES (64ULL << 20)
+#define WRITE_BUFFER_BYTES  (64ULL << 20) /* per CF memtable */
+#define WAL_BUFFER_BYTES    (16ULL << 20) /* in-memory WAL buffer before a forced write */
+#define FORMAT_KEY          "format_version"
+
+static const char *const cf_names[META_CF__COUNT + 1] = {
+    "default", "map", "chunk", "hash", "rev", "export", "meta",
+};
+
+static int
+rdb_err(const char *what, const char *dir, char *err)
+{
+    log_err("meta: %s %s: %s", what, dir ? dir : "", err ? err : "unknown error");
+    free(err);
+    return -EIO;
+}
+
+static void
+free_handles(struct meta *m)
+{
+    for (int i = 0; i <= META_CF__COUNT; i++) {
+        if (m->cf[i])
+            rocksdb_column_family_handle_destroy(m->cf[i]);
+        m->cf[i] = NULL;
+    }
+}
+
+static void
+free_options(struct meta *m)
+{
+    if (m->ropts)
+        rocksdb_readoptions_destroy(m->ropts);
+    if (m->wopts)
+        rocksdb_writeoptions_destroy(m->wopts);
+    if (m->fopts)
+        rocksdb_flushoptions_destroy(m->fopts);
+    if (m->cf_opts)
+        rocksdb_options_destroy(m->cf_opts);
+    if (m->hash_opts)
+        rocksdb_options_destroy(m->hash_opts);
+    if (m->db_opts)
+        rocksdb_options_destroy(m->db_opts);
+    if (m->table_opts)
+        rocksdb_block_based_options_destroy(m->table_opts);
+    if (m->cache)
+        rocksdb_cache_destroy(m->cache);
+}
+
+static int
+make_options(struct meta *m, uint64_t cache_bytes)
+{
+    m->cache = rocksdb_cache_create_lru(cache_bytes ? cache_bytes : DEFAULT_CACHE_BYTES);
+    m->table_opts = rocksdb_block_based_options_create();
+    m->db_opts = rocksdb_options_create();
+    m->cf_opts = rocksdb_options_create();
+    m->hash_opts = rocksdb_options_create();
+    m->ropts = rocksdb_readoptions_create();
+    m->wopts = rocksdb_writeoptions_create();
+    m->fopts = rocksdb_flushoptions_create();
+    if (!m->cache || !m->table_opts || !m->db_opts || !m->cf_opts || !m->hash_opts ||
+        !m->ropts || !m->wopts || !m->fopts)
+        return -ENOMEM;
+
+    rocksdb_block_based_options_set_block_cache(m->table_opts, m->cache);
+    /* The table options own the policy from here on (RocksDB wraps it in a shared_ptr,
+     * copied into each CF's table factory). */
+    rocksdb_block_based_options_set_filter_policy(m->table_opts,
+                                                  rocksdb_filterpolicy_create_bloom_full(10));
+    rocksdb_block_based_options_set_whole_key_filtering(m->table_opts, 1);
+    rocksdb_block_based_options_set_cache_index_and_filter_blocks(m->table_opts, 1);
+
+    rocksdb_options_t *all[3] = {m->db_opts, m->cf_opts, m->hash_opts};
+    for (int i = 0; i < 3; i++) {
+        rocksdb_options_set_block_based_table_factory(all[i], m->table_opts);
+        rocksdb_options_set_write_buffer_size(all[i], WRITE_BUFFER_BYTES);
+        rocksdb_options_set_level_compaction_dynamic_level_bytes(all[i], 1);
+    }
+    rocksdb_options_set_compression(m->hash_opts, rocksdb_no_compression);
+
+    rocksdb_options_set_max_background_jobs(m->db_opts, 2); /* two cores, shared */
+    rocksdb_options_set_manual_wal_flush(m->db_opts, 1);
+    rocksdb_options_set_writable_file_max_buffer_size(m->db_opts, WAL_BUFFER_BYTES);
+    rocksdb_options_set_max_total_wal_size(m->db_opts, 1ULL << 30);
+    rocksdb_options_set_wal_recovery_mode(m->db_opts, 2 /* kPointInTimeRecovery */);
+    rocksdb_options_set_keep_log_file_num(m->db_opts, 4);
+    rocksdb_options_set_max_log_file_size(m->db_opts, 4ULL << 20);
+    rocksdb_options_set_info_log_level(m->db_opts, 2 /* WARN */);
+    rocksdb_flushoptions_set_wait(m->fopts, 1);
+    return 0;
+}
+
+static const rocksdb_options_t *const *
+cf_option_array(struct meta *m, const rocksdb_options_t *arr[META_CF__COUNT + 1])
+{
+    for (int i = 0; i <= META_CF__COUNT; i++)
+        arr[i] = m->cf_opts;
+    arr[0] = m->db_opts;
+    arr[META_CF_HASH + 1] = m->hash_opts;
+    return arr;
+}
+
+/* 1: the directory exists and holds something; 0: absent or empty; -errno. */
+static int
+dir_nonempty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            found = 1;
+            break;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* Exactly our column families, in any order; anything else is another program's DB. */
+static int
+check_cf_list(struct meta *m, const char *dir)
+{
+    char *err = NULL;
+    size_t n = 0;
+    char **names = rocksdb_list_column_families(m->db_opts, dir, &n, &err);
+    if (err) {
+        log_err("meta: %s: not a readable RocksDB database (%s); refusing to touch it", dir,
+                err);
+        free(err);
+        if (names)
+            rocksdb_list_column_families_destroy(names, n);
+        return -EPROTO;
+    }
+    int rc = 0;
+    bool seen[META_CF__COUNT + 1] = {0};
+    for (size_t i = 0; i < n; i++) {
+        int j;
+        for (j = 0; j <= META_CF__COUNT; j++)
+            if (strcmp(names[i], cf_names[j]) == 0)
+                break;
+        if (j > META_CF__COUNT) {
+            log_err("meta: %s: unknown column family '%s': not a dedupd database; refusing "
+                    "to touch it", dir, names[i]);
+            rc = -EPROTO;
+            break;
+        }
+        seen[j] = true;
+    }
+    for (int j = 1; rc == 0 && j <= META_CF__COUNT; j++) {
+        if (!seen[j]) {
+            log_err("meta: %s: column family '%s' missing: not a dedupd database; refusing "
+                    "to touch it", dir, cf_names[j]);
+            rc = -EPROTO;
+        }
+    }
+    rocksdb_list_column_families_destroy(names, n);
+    return rc;
+}
+
+static int
+read_format(struct meta *m, const char *dir)
+{
+    uint8_t v[8];
+    ssize_t n = meta_get(m, META_CF_META, FORMAT_KEY, strlen(FORMAT_KEY), v, sizeof(v));
+    if (n == -ENOENT) {
+        log_err("meta: %s: no %s key: not a dedupd database; refusing to touch it", dir,
+                FORMAT_KEY);
+        return -EPROTO;
+    }
+    if (n < 0)
+        return (int) n;
+    if (n != 4) {
+        log_err("meta: %s: malformed %s (%zd bytes); refusing to touch it", dir, FORMAT_KEY, n);
+        return -EPROTO;
+    }
+    uint32_t ver = (uint32_t) v[0] << 24 | (uint32_t) v[1] << 16 | (uint32_t) v[2] << 8 | v[3];
+    if (ver == 0 || ver > DEDUPD_FORMAT_VERSION) {
+        log_err("meta: %s: format version %" PRIu32 " but this dedupd reads up to %d; "
+                "refusing to touch it", dir, ver, DEDUPD_FORMAT_VERSION);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+static int
+open_db(struct meta *m, const char *dir, bool ro, bool fresh)
+{
+    const rocksdb_options_t *arr[META_CF__COUNT + 1];
+    char *err = NULL;
+    rocksdb_options_set_create_if_missing(m->db_opts, fresh);
+    rocksdb_options_set_create_missing_column_families(m->db_opts, fresh);
+    if (ro)
+        m->db = rocksdb_open_for_read_only_column_families(
+            m->db_opts, dir, META_CF__COUNT + 1, cf_names, cf_option_array(m, arr), m->cf, 0,
+            &err);
+    else
+        m->db = rocksdb_open_column_families(m->db_opts, dir, META_CF__COUNT + 1, cf_names,
+                                             cf_option_array(m, arr), m->cf, &err);
+    if (err) {
+        m->db = NULL;
+        free_handles(m);
+        return rdb_err("open", dir, err);
+    }
+    m->read_only = ro;
+    return 0;
+}
+
+static void
+close_db(struct meta *m)
+{
+    free_handles(m);
+    if (m->db)
+        rocksdb_close(m->db);
+    m->db = NULL;
+}
+
+static int
+rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void) sb;
+    (void) flag;
+    (void) ftw;
+    return remove(path);
+}
+
+/* A fresh database is built under "<db_dir>.creating" and renamed into place once it has
+ * all its column families and its format_version, so that a crash half-way through never
+ * leaves a directory that later opens would refuse as foreign. */
+static int
+create_fresh(struct meta *m, const char *db_dir)
+{
+    char tmp[4096], parent[4096];
+    snprintf(tmp, sizeof(tmp), "%s.creating", db_dir);
+    nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS); /* a leftover of a crashed creation */
+    int rc = open_db(m, tmp, false, true);
+    if (rc)
+        return rc;
+    uint8_t v[4] = {0, 0, 0, DEDUPD_FORMAT_VERSION};
+    struct meta_batch *b = meta_batch_new();
+    if (!b) {
+        close_db(m);
+        return -ENOMEM;
+    }
+    meta_batch_put(b, META_CF_META, FORMAT_KEY, strlen(FORMAT_KEY), v, sizeof(v));
+    rc = meta_batch_commit(m, b, true);
+    meta_batch_free(b);
+    close_db(m);
+    if (rc)
+        return rc;
+    if (rmdir(db_dir) < 0 && errno != ENOENT) { /* empty (checked by the caller) */
+        rc = -errno;
+        log_err("meta: rmdir %s: %s", db_dir, strerror(errno));
+        return rc;
+    }
+    if (rename(tmp, db_dir) < 0) {
+        rc = -errno;
+        log_err("meta: rename %s -> %s: %s", tmp, db_dir, strerror(errno));
+        return rc;
+    }
+    snprintf(parent, sizeof(parent), "%s", db_dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = 0;
+    else
+        snprintf(parent, sizeof(parent), "%s", slash ? "/" : ".");
+    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    log_info("meta: created database %s (format %d)", db_dir, DEDUPD_FORMAT_VERSION);
+    return 0;
+}
+
+int
+meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out)
+{
+    struct meta_options dflt = {.create_if_missing = true};
+    if (!opt)
+        opt = &dflt;
+    struct meta *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    int rc = make_options(m, opt->block_cache_bytes);
+    if (rc)
+        goto fail;
+
+    char current[4096];
+    snprintf(current, sizeof(current), "%s/CURRENT", db_dir);
+    struct stat sb;
+    bool exists = stat(current, &sb) == 0;
+    if (!exists) {
+        rc = dir_nonempty(db_dir);
+        if (rc < 0) {
+            log_err("meta: %s: %s", db_dir, strerror(-rc));
+            goto fail;
+        }
+        if (rc == 1) {
+            log_err("meta: %s: directory is not empty and holds no RocksDB database; "
+                    "refusing to touch it", db_dir);
+            rc = -EPROTO;
+            goto fail;
+        }
+        if (!opt->create_if_missing || opt->read_only) {
+            rc = -ENOENT;
+            goto fail;
+        }
+        rc = create_fresh(m, db_dir);
+        if (rc)
+            goto fail;
+    }
+
+    rc = check_cf_list(m, db_dir);
+    if (rc)
+        goto fail;
+    /* Check the format on a read-only open so that a refused directory is not modified. */
+    rc = open_db(m, db_dir, true, false);
+    if (rc)
+        goto fail;
+    rc = read_format(m, db_dir);
+    if (rc || opt->read_only)
+        goto done;
+    close_db(m);
+    rc = open_db(m, db_dir, false, false);
+done:
+    if (rc)
+        goto fail;
+    *out = m;
+    return 0;
+fail:
+    meta_close(m);
+    return rc;
+}
+
+void
+meta_close(struct meta *m)
+{
+    if (!m)
+        return;
+    if (m->db && !m->read_only) {
+        char *err = NULL;
+        rocksdb_flush_wal(m->db, 1, &err);
+        if (err)
+            rdb_err("flush wal at close", NULL, err);
+    }
+    close_db(m);
+    free_options(m);
+    free(m);
+}
+
+ssize_t
+meta_get(struct meta *m, enum meta_cf cf, const void *key, size_t klen, void *val, size_t cap)
+{
+    char *err = NULL;
+    rocksdb_pinnableslice_t *ps =
+        rocksdb_get_pinned_cf(m->db, m->ropts, meta__cf(m, cf), key, klen, &err);
+    if (err)
+        return rdb_err("get from", cf_names[cf + 1], err);
+    if (!ps)
+        return -ENOENT;
+    size_t vlen;
+    const char *v = rocksdb_pinnableslice_value(ps, &vlen);
+    if (!v) {
+        rocksdb_pinnableslice_destroy(ps);
+        return -ENOENT;
+    }
+    memcpy(val, v, vlen < cap ? vlen : cap);
+    rocksdb_pinnableslice_destroy(ps);
+    return (ssize_t) vlen;
+}
+
+int
+meta_flush_wal(struct meta *m, bool sync)
+{
+    if (m->read_only)
+        return 0;
+    char *err = NULL;
+    rocksdb_flush_wal(m->db, sync, &err);
+    if (err)
+        return rdb_err(sync ? "sync wal of" : "flush wal of", "database", err);
+    return 0;
+}
+
+int
+meta_sync(struct meta *m)
+{
+    return meta_flush_wal(m, true);
+}
+
+int
+meta_flush_memtables(struct meta *m)
+{
+    if (m->read_only)
+        return 0;
+    for (int i = 1; i <= META_CF__COUNT; i++) {
+        char *err = NULL;
+        rocksdb_flush_cf(m->db, m->fopts, m->cf[i], &err);
+        if (err)
+            return rdb_err("flush memtable of", cf_names[i], err);
+    }
+    return 0;
+}
+
+uint64_t
+meta_memtable_bytes(struct meta *m)
+{
+    uint64_t max = 0;
+    for (int i = 1; i <= META_CF__COUNT; i++) {
+        uint64_t v = 0;
+        if (rocksdb_property_int_cf(m->db, m->cf[i], "rocksdb.cur-size-active-mem-table", &v) ==
+                0 &&
+            v > max)
+            max = v;
+    }
+    return max;
+}
+
+uint64_t
+meta_memtable_limit(void)
+{
+    return WRITE_BUFFER_BYTES;
+}
+
+uint64_t
+meta_cf_size(struct meta *m, enum meta_cf cf)
+{
+    uint64_t sst = 0, mem = 0;
+    rocksdb_property_int_cf(m->db, meta__cf(m, cf), "rocksdb.total-sst-files-size", &sst);
+    rocksdb_property_int_cf(m->db, meta__cf(m, cf), "rocksdb.cur-size-all-mem-tables", &mem);
+    return sst + mem;
+}
+
+const char *
+meta_cf_name(enum meta_cf cf)
+{
+    if ((int) cf < 0 || cf >= META_CF__COUNT)
+        return "?";
+    return cf_names[cf + 1];
+}

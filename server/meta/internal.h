@@ -1,0 +1,41 @@
+/* meta/internal.h: what db.c, batch.c and iter.c share. Not included outside meta/. */
+#ifndef DD_META_INTERNAL_H
+#define DD_META_INTERNAL_H
+
+#include <rocksdb/c.h>
+
+#include "meta/meta.h"
+
+struct meta {
+    rocksdb_t *db;
+    rocksdb_options_t *db_opts;   /* DB-wide options, also used for the default CF */
+    rocksdb_options_t *cf_opts;   /* map, chunk, rev, export, meta */
+    rocksdb_options_t *hash_opts; /* hash: random keys, no compression */
+    rocksdb_block_based_table_options_t *table_opts;
+    rocksdb_cache_t *cache;
+    rocksdb_column_family_handle_t *cf[META_CF__COUNT + 1]; /* [0] default, [cf + 1] ours */
+    rocksdb_readoptions_t *ropts;
+    rocksdb_writeoptions_t *wopts;
+    rocksdb_flushoptions_t *fopts;
+    bool read_only;
+};
+
+/* A batch is built before it meets a database (meta_batch_new takes no meta), but
+ * RocksDB needs a column family handle per entry. So entries are kept in our own buffer
+ * and replayed into a rocksdb_writebatch_t at commit; the copy is a few hundred bytes per
+ * chunk, small beside the 4 KiB+ of chunk data each one describes.
+ * Entry layout: op u8 (1 put, 2 delete) | cf u8 | klen u32 | vlen u32 | key | value. */
+struct meta_batch {
+    unsigned char *buf;
+    size_t len, cap;
+    size_t count;
+    bool oom; /* an append failed: commit refuses with -ENOMEM */
+};
+
+static inline rocksdb_column_family_handle_t *
+meta__cf(struct meta *m, enum meta_cf cf)
+{
+    return m->cf[(int) cf + 1];
+}
+
+#endif

@@ -1,0 +1,502 @@
+/* check: proves invariants 1-3 from the metadata alone, and repairs what is safe.
+ *
+ * Passes, all over iterators opened together under the commit lock (one consistent
+ * snapshot, matching the in-memory counters copied at the same moment):
+ *   1. chunk: every entry decodes, lies inside an existing segment, has its rev entry;
+ *      refcounts and counters are collected.
+ *   2. map:   every entry names a live chunk (invariant 1); entries per chunk and per
+ *      export are counted.
+ *   3. refcounts compared with the counts of pass 2 (invariant 1).
+ *   4. rev:   every entry names a chunk that lives exactly there.
+ *   5. hash:  every entry names a live chunk with that hash (invariant 2).
+ *   6. counters (global, per segment live bytes, per export) match what was recomputed.
+ * Repair (under the commit lock for its whole run, so no transaction interleaves) fixes
+ * refcounts (freeing chunks no map entry names), deletes dangling rev/hash entries and map
+ * entries naming missing chunks, and rewrites counters. It never deletes a chunk that a map
+ * entry names, and never touches segment files.
+ * XXX: pass 1 keeps ~32 bytes per chunk in memory; a store of a billion chunks needs a
+ * sorted external pass instead. */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+struct ck_chunk {
+    uint64_t id; /* 0 = empty */
+    uint64_t refs, counted;
+    uint32_t seg;
+    uint32_t reclen;
+    bool freed; /* by this repair */
+};
+
+struct ck {
+    struct store *st;
+    bool repair;
+    store_progress_fn progress;
+    store_finding_fn finding;
+    void *arg;
+    struct store_check_result *res;
+    struct ck_chunk *tab;
+    size_t cap, n;
+    struct meta_batch *b;
+    struct store_progress prog;
+    struct store_counters cnt, want;
+    struct seg_sum {
+        uint32_t id;
+        uint64_t live;
+    } *segsum;
+    size_t nsegsum;
+    struct store_export_count *exp;
+    size_t nexp, expcap;
+};
+
+static void __attribute__((format(printf, 2, 3)))
+finding(struct ck *c, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    c->res->problems++;
+    log_warn("store: check: %s", line);
+    if (c->finding)
+        c->finding(c->arg, line);
+}
+
+static int
+tick(struct ck *c)
+{
+    c->prog.done++;
+    if (c->progress && (c->prog.done & 4095) == 0 && c->progress(c->arg, &c->prog))
+        return -ECANCELED;
+    return 0;
+}
+
+static size_t
+slot_of(const struct ck *c, uint64_t id)
+{
+    uint64_t x = id * 0x9E3779B97F4A7C15ULL;
+    size_t mask = c->cap - 1;
+    size_t i = (size_t) (x >> 17) & mask;
+    while (c->tab[i].id && c->tab[i].id != id)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static struct ck_chunk *
+tab_find(struct ck *c, uint64_t id)
+{
+    struct ck_chunk *e = &c->tab[slot_of(c, id)];
+    return e->id == id ? e : NULL;
+}
+
+static int
+tab_add(struct ck *c, const struct ck_chunk *v)
+{
+    if ((c->n + 1) * 2 > c->cap) {
+        size_t ncap = c->cap ? c->cap * 2 : 4096;
+        struct ck_chunk *old = c->tab;
+        size_t ocap = c->cap;
+        c->tab = calloc(ncap, sizeof(*c->tab));
+        if (!c->tab) {
+            c->tab = old;
+            return -ENOMEM;
+        }
+        c->cap = ncap;
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i].id)
+                c->tab[slot_of(c, old[i].id)] = old[i];
+        free(old);
+    }
+    c->tab[slot_of(c, v->id)] = *v;
+    c->n++;
+    return 0;
+}
+
+static struct seg_sum *
+segsum(struct ck *c, uint32_t id)
+{
+    for (size_t i = 0; i < c->nsegsum; i++)
+        if (c->segsum[i].id == id)
+            return &c->segsum[i];
+    return NULL;
+}
+
+static struct store_export_count *
+exp_slot(struct ck *c, uint32_t id)
+{
+    for (size_t i = 0; i < c->nexp; i++)
+        if (c->exp[i].export_id == id)
+            return &c->exp[i];
+    if (c->nexp == c->expcap) {
+        size_t cap = c->expcap ? c->expcap * 2 : 8;
+        struct store_export_count *n = realloc(c->exp, cap * sizeof(*n));
+        if (!n)
+            return NULL;
+        c->exp = n;
+        c->expcap = cap;
+    }
+    c->exp[c->nexp].export_id = id;
+    c->exp[c->nexp].mapped = 0;
+    return &c->exp[c->nexp++];
+}
+
+/* Seeks it to key; true, with the value, when exactly that key exists. */
+static bool
+iter_at(struct meta_iter *it, const void *key, size_t klen, const void **val, size_t *vlen)
+{
+    size_t kl;
+    meta_iter_seek(it, key, klen);
+    if (!meta_iter_valid(it))
+        return false;
+    const void *k = meta_iter_key(it, &kl);
+    if (kl != klen || memcmp(k, key, klen) != 0)
+        return false;
+    *val = meta_iter_value(it, vlen);
+    return true;
+}
+
+static int
+pass_chunks(struct ck *c, struct meta_iter *it, struct meta_iter *rev)
+{
+    int rc = 0;
+    for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
+        size_t kl, vl;
+        const void *k = meta_iter_key(it, &kl);
+        const void *v = meta_iter_value(it, &vl);
+        uint64_t id;
+        struct meta_chunk_rec r;
+        c->res->chunks++;
+        if (meta_key_chunk_decode(k, kl, &id) || meta_chunk_rec_decode(v, vl, &r)) {
+            finding(c, "malformed chunk entry (key %zu bytes, value %zu bytes)", kl, vl);
+            continue;
+        }
+        struct ck_chunk e = {.id = id, .refs = r.refs, .seg = r.seg,
+                             .reclen = (uint32_t) store_record_len(r.stored_len)};
+        rc = tab_add(c, &e);
+        c->want.chunks++;
+        c->want.raw_bytes += r.raw_len;
+        c->want.stored_bytes += r.stored_len;
+        if (id >= c->want.next_id)
+            c->want.next_id = id + 1;
+        struct seg_sum *ss = segsum(c, r.seg);
+        if (!ss)
+            finding(c, "chunk %" PRIu64 ": segment %" PRIu32 " does not exist", id, r.seg);
+        else
+            ss->live += e.reclen;
+        uint8_t rk[META_REV_KEY_LEN];
+        meta_key_rev_encode(rk, r.seg, r.off);
+        uint64_t rid = 0;
+        size_t rvl;
+        const void *rv;
+        if (!iter_at(rev, rk, sizeof(rk), &rv, &rvl) || meta_val_id_decode(rv, rvl, &rid) ||
+            rid != id) {
+            finding(c, "chunk %" PRIu64 ": no rev entry for seg %" PRIu32 " off %" PRIu64, id,
+                    r.seg, r.off);
+            if (c->repair) {
+                uint8_t val[META_ID_VAL_LEN];
+                meta_val_id_encode(val, id);
+                meta_batch_put(c->b, META_CF_REV, rk, sizeof(rk), val, sizeof(val));
+                c->res->repaired++;
+            }
+        }
+        if (rc == 0)
+            rc = tick(c);
+    }
+    return rc ? rc : meta_iter_status(it);
+}
+
+static int
+pass_map(struct ck *c, struct meta_iter *it)
+{
+    int rc = 0;
+    for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
+        size_t kl, vl;
+        const void *k = meta_iter_key(it, &kl);
+        const void *v = meta_iter_value(it, &vl);
+        uint32_t e;
+        uint64_t idx, id;
+        c->res->map_entries++;
+        if (meta_key_map_decode(k, kl, &e, &idx) || meta_val_id_decode(v, vl, &id)) {
+            finding(c, "malformed map entry");
+            continue;
+        }
+        struct ck_chunk *ch = id ? tab_find(c, id) : NULL;
+        if (!ch) {
+            finding(c, "export %" PRIu32 " chunk %" PRIu64 ": names chunk %" PRIu64
+                    " which does not exist", e, idx, id);
+            if (c->repair) {
+                meta_batch_delete(c->b, META_CF_MAP, k, kl);
+                c->res->repaired++;
+            }
+            continue;
+        }
+        ch->counted++;
+        struct store_export_count *x = exp_slot(c, e);
+        if (!x)
+            return -ENOMEM;
+        x->mapped++;
+        rc = tick(c);
+    }
+    return rc ? rc : meta_iter_status(it);
+}
+
+static void
+free_in_repair(struct ck *c, uint64_t id, struct meta_iter *chunks)
+{
+    uint8_t key[META_CHUNK_KEY_LEN];
+    meta_key_chunk_encode(key, id);
+    size_t vl;
+    const void *v;
+    struct meta_chunk_rec r;
+    if (!iter_at(chunks, key, sizeof(key), &v, &vl) || meta_chunk_rec_decode(v, vl, &r))
+        return;
+    meta_batch_delete(c->b, META_CF_CHUNK, key, sizeof(key));
+    uint8_t rk[META_REV_KEY_LEN];
+    meta_key_rev_encode(rk, r.seg, r.off);
+    meta_batch_delete(c->b, META_CF_REV, rk, sizeof(rk));
+    if (r.hash_alg) {
+        uint8_t hk[META_HASH_KEY_MAX], val[8];
+        size_t hl = meta_key_hash_encode(hk, r.hash_alg, r.hash, r.hash_len);
+        uint64_t owner;
+        ssize_t n = meta_get(c->st->meta, META_CF_HASH, hk, hl, val, sizeof(val));
+        if (n == 8 && meta_val_id_decode(val, 8, &owner) == 0 && owner == id)
+            meta_batch_delete(c->b, META_CF_HASH, hk, hl);
+    }
+    c->want.chunks--;
+    c->want.raw_bytes -= r.raw_len;
+    c->want.stored_bytes -= r.stored_len;
+    struct seg_sum *ss = segsum(c, r.seg);
+    if (ss)
+        ss->live -= store_record_len(r.stored_len);
+}
+
+static int
+pass_refs(struct ck *c, struct meta_iter *chunks)
+{
+    for (size_t i = 0; i < c->cap; i++) {
+        struct ck_chunk *e = &c->tab[i];
+        if (!e->id)
+            continue;
+        if (e->refs != e->counted) {
+            finding(c, "chunk %" PRIu64 ": refcount %" PRIu64 " but %" PRIu64
+                    " map entries name it", e->id, e->refs, e->counted);
+            if (c->repair) {
+                if (e->counted == 0) {
+                    free_in_repair(c, e->id, chunks);
+                    e->freed = true;
+                } else {
+                    uint8_t key[META_CHUNK_KEY_LEN];
+                    meta_key_chunk_encode(key, e->id);
+                    size_t vl;
+                    const void *v;
+                    struct meta_chunk_rec r;
+                    if (iter_at(chunks, key, sizeof(key), &v, &vl) &&
+                        meta_chunk_rec_decode(v, vl, &r) == 0) {
+                        uint8_t val[META_CHUNK_VAL_MAX];
+                        r.refs = e->counted;
+                        meta_batch_put(c->b, META_CF_CHUNK, key, sizeof(key), val,
+                                       meta_chunk_rec_encode(val, &r));
+                    }
+                    e->refs = e->counted;
+                }
+                c->res->repaired++;
+            }
+        }
+        if (!e->freed && e->counted > 1)
+            c->want.shared++;
+    }
+    return 0;
+}
+
+static int
+pass_rev(struct ck *c, struct meta_iter *it)
+{
+    int rc = 0;
+    for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
+        size_t kl, vl;
+        const void *k = meta_iter_key(it, &kl);
+        const void *v = meta_iter_value(it, &vl);
+        uint32_t seg;
+        uint64_t off, id;
+        c->res->rev_entries++;
+        if (meta_key_rev_decode(k, kl, &seg, &off) || meta_val_id_decode(v, vl, &id)) {
+            finding(c, "malformed rev entry");
+            continue;
+        }
+        struct ck_chunk *ch = tab_find(c, id);
+        if (!ch || ch->seg != seg) {
+            finding(c, "rev seg %" PRIu32 " off %" PRIu64 ": names chunk %" PRIu64
+                    " which does not live there", seg, off, id);
+            if (c->repair) {
+                meta_batch_delete(c->b, META_CF_REV, k, kl);
+                c->res->repaired++;
+            }
+        }
+        rc = tick(c);
+    }
+    return rc ? rc : meta_iter_status(it);
+}
+
+static int
+pass_hash(struct ck *c, struct meta_iter *it, struct meta_iter *chunks)
+{
+    int rc = 0;
+    for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
+        size_t kl, vl;
+        const uint8_t *k = meta_iter_key(it, &kl);
+        const void *v = meta_iter_value(it, &vl);
+        uint64_t id = 0;
+        c->res->hash_entries++;
+        bool ok = false;
+        if (kl >= 2 && kl <= META_HASH_KEY_MAX && meta_val_id_decode(v, vl, &id) == 0) {
+            uint8_t ck[META_CHUNK_KEY_LEN];
+            meta_key_chunk_encode(ck, id);
+            size_t cvl;
+            const void *cv;
+            struct meta_chunk_rec r;
+            ok = iter_at(chunks, ck, sizeof(ck), &cv, &cvl) &&
+                 meta_chunk_rec_decode(cv, cvl, &r) == 0 && r.hash_alg == k[0] &&
+                 r.hash_len == kl - 1 && memcmp(r.hash, k + 1, kl - 1) == 0;
+            struct ck_chunk *ch = tab_find(c, id);
+            if (!ch || ch->freed)
+                ok = false;
+        }
+        if (!ok) {
+            finding(c, "hash entry (alg %u) names chunk %" PRIu64
+                    ", which is not live with that hash", kl ? k[0] : 0, id);
+            if (c->repair) {
+                meta_batch_delete(c->b, META_CF_HASH, k, kl);
+                c->res->repaired++;
+            }
+        }
+        rc = tick(c);
+    }
+    return rc ? rc : meta_iter_status(it);
+}
+
+static void
+pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
+              const struct store_seg *copies)
+{
+    struct store *st = c->st;
+    struct store_counters *h = &c->cnt, *w = &c->want;
+    if (h->chunks != w->chunks || h->shared != w->shared || h->raw_bytes != w->raw_bytes ||
+        h->stored_bytes != w->stored_bytes || h->next_id < w->next_id) {
+        finding(c, "counters: chunks %" PRIu64 "/%" PRIu64 " shared %" PRIu64 "/%" PRIu64
+                " raw %" PRIu64 "/%" PRIu64 " stored %" PRIu64 "/%" PRIu64
+                " next id %" PRIu64 "/%" PRIu64 " (recorded/recomputed)",
+                h->chunks, w->chunks, h->shared, w->shared, h->raw_bytes, w->raw_bytes,
+                h->stored_bytes, w->stored_bytes, h->next_id, w->next_id);
+        if (c->repair) {
+            w->next_id = h->next_id > w->next_id ? h->next_id : w->next_id;
+            store__counters_put(st, c->b, w);
+            st->cnt = *w;
+            c->res->repaired++;
+        }
+    }
+    for (size_t i = 0; i < nsegs; i++) {
+        struct seg_sum *ss = segsum(c, copies[i].id);
+        if (ss && ss->live != copies[i].live) {
+            finding(c, "seg %" PRIu32 ": %" PRIu64 " live bytes recorded, %" PRIu64
+                    " recomputed", copies[i].id, copies[i].live, ss->live);
+            if (c->repair && segs) {
+                uint64_t total = segs[i]->live + segs[i]->dead;
+                segs[i]->live = ss->live;
+                segs[i]->dead = total > ss->live ? total - ss->live : 0;
+                store__seg_put_meta(st, c->b, segs[i]);
+                c->res->repaired++;
+            }
+        }
+    }
+    for (size_t i = 0; i < c->nexp; i++) {
+        uint64_t have = 0;
+        if (store__export_count_get(st, c->exp[i].export_id, &have) == 0 &&
+            have != c->exp[i].mapped) {
+            finding(c, "export %" PRIu32 ": %" PRIu64 " mapped chunks recorded, %" PRIu64
+                    " counted", c->exp[i].export_id, have, c->exp[i].mapped);
+            if (c->repair) {
+                store__export_put(c->b, c->exp[i].export_id, c->exp[i].mapped);
+                store__export_count_set(st, c->exp[i].export_id, c->exp[i].mapped);
+                c->res->repaired++;
+            }
+        }
+    }
+}
+
+int
+store_check(struct store *st, bool repair, store_progress_fn progress,
+            store_finding_fn finding_fn, void *arg, struct store_check_result *out)
+{
+    struct store_check_result res = {0};
+    struct ck c = {.st = st, .repair = repair && !st->opt.read_only, .progress = progress,
+                   .finding = finding_fn, .arg = arg, .res = &res};
+    if (repair && st->opt.read_only)
+        return -EROFS;
+    struct meta_iter *it[6] = {0};
+    struct store_seg *copies = NULL;
+    int rc = -ENOMEM;
+    c.b = meta_batch_new();
+    pthread_mutex_lock(&st->commit_lock);
+    /* One consistent view: iterators and in-memory counters taken under the same lock. */
+    it[0] = meta_iter_new(st->meta, META_CF_CHUNK);
+    it[1] = meta_iter_new(st->meta, META_CF_REV);
+    it[2] = meta_iter_new(st->meta, META_CF_MAP);
+    it[3] = meta_iter_new(st->meta, META_CF_HASH);
+    it[4] = meta_iter_new(st->meta, META_CF_CHUNK);
+    c.cnt = st->cnt;
+    size_t nsegs = st->nsegs;
+    copies = calloc(nsegs + 1, sizeof(*copies));
+    c.segsum = calloc(nsegs + 1, sizeof(*c.segsum));
+    if (copies && c.segsum) {
+        for (size_t i = 0; i < nsegs; i++) {
+            copies[i] = *st->segs[i];
+            c.segsum[i].id = st->segs[i]->id;
+        }
+        c.nsegsum = nsegs;
+    }
+    if (!c.repair)
+        pthread_mutex_unlock(&st->commit_lock);
+    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4])
+        goto out;
+    rc = pass_chunks(&c, it[0], it[1]);
+    if (rc == 0)
+        rc = pass_map(&c, it[2]);
+    if (rc == 0)
+        rc = pass_refs(&c, it[4]);
+    if (rc == 0)
+        rc = pass_rev(&c, it[1]);
+    if (rc == 0)
+        rc = pass_hash(&c, it[3], it[4]);
+    if (rc == 0)
+        pass_counters(&c, c.repair ? st->segs : NULL, nsegs, copies);
+    if (rc == 0 && c.repair && meta_batch_count(c.b)) {
+        rc = meta_batch_commit(st->meta, c.b, false);
+        if (rc == 0)
+            rc = meta_sync(st->meta);
+    }
+    log_info("store: check: %" PRIu64 " chunks, %" PRIu64 " map, %" PRIu64 " rev, %" PRIu64
+             " hash entries: %" PRIu64 " problems, %" PRIu64 " repaired",
+             res.chunks, res.map_entries, res.rev_entries, res.hash_entries, res.problems,
+             res.repaired);
+out:
+    if (c.repair)
+        pthread_mutex_unlock(&st->commit_lock);
+    for (int i = 0; i < 6; i++)
+        meta_iter_free(it[i]);
+    meta_batch_free(c.b);
+    free(copies);
+    free(c.segsum);
+    free(c.tab);
+    free(c.exp);
+    if (out)
+        *out = res;
+    return rc;
+}

@@ -1,0 +1,188 @@
+/* store/internal.h: what the files of store/ share. Not included outside store/ (tests of
+ * store/ may include it to reach recovery and accounting details).
+ *
+ * Locks, in the order they are taken:
+ *   commit_lock  transactions (begin..commit/abort), sync, compaction's commits, recovery:
+ *                everything that changes chunk/rev/map/hash entries, refcounts, counters,
+ *                the active segment and segment accounting.
+ *   seg_lock     the segment table (lookup + reader refcounts); held only briefly.
+ *   stat_lock    the in-memory copies of counters read by store_stats/export_mapped. */
+#ifndef DD_STORE_INTERNAL_H
+#define DD_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "meta/keys.h"
+#include "meta/meta.h"
+#include "store/io.h"
+#include "store/record.h"
+#include "store/store.h"
+
+extern const struct store_io_ops *store__io;
+ssize_t store__io_read_full(int fd, void *buf, size_t len, uint64_t off);
+int store__io_write_full(int fd, const void *buf, size_t len, uint64_t off);
+int store__io_mkdir_p(const char *path);
+
+struct store_seg {
+    uint32_t id;
+    int fd;
+    int refs;       /* the table's reference + readers'; seg_lock */
+    bool removed;   /* no longer in the table: closed when refs reaches 0 */
+    /* Below: commit_lock. */
+    uint64_t size;    /* bytes appended (the append position of the active segment) */
+    uint64_t synced;  /* bytes made durable by fdatasync */
+    uint64_t live;    /* record bytes of live chunks */
+    uint64_t dead;    /* record bytes of freed or never-indexed records */
+    bool sealed;
+    bool dirty;       /* accounting changed since its meta entry was last written */
+    bool has_entry;   /* recovery only: a `seg:` entry exists */
+};
+
+/* The persisted global counters ("counters" key in the meta CF). */
+struct store_counters {
+    uint64_t chunks, shared, raw_bytes, stored_bytes, next_id;
+};
+
+struct txn_chunk {   /* overlay entry: one chunk touched by the transaction */
+    uint64_t id;     /* 0 = empty slot */
+    struct meta_chunk_rec rec; /* as loaded (or as appended, for new chunks) */
+    int64_t delta;
+    bool is_new;
+};
+
+struct txn_map {     /* overlay entry: one map key set by the transaction */
+    uint32_t export_id;
+    bool used;
+    uint64_t chunk_idx;
+    uint64_t chunk_id; /* 0 = unmapped */
+};
+
+struct txn_export {
+    uint32_t export_id;
+    int64_t delta;
+};
+
+struct txn_seg {     /* accounting change of one segment */
+    struct store_seg *sg;
+    int64_t d_live, d_dead;
+};
+
+struct store_txn {
+    struct store *st;
+    struct meta_batch *batch;
+    /* Open-addressed tables, power-of-two sized, cleared after each transaction by walking
+     * the list of used slots, so a small transaction does not pay for a big table. */
+    struct txn_chunk *chunks;
+    size_t chunks_cap;
+    uint32_t *chunk_used; /* slot indices in insertion order */
+    size_t nchunks;
+    struct txn_map *maps;
+    size_t maps_cap;
+    uint32_t *map_used;
+    size_t nmaps;
+    struct txn_export exports[16];
+    size_t nexports;
+    struct txn_seg *segs;
+    size_t nsegs, segs_cap;
+    /* Appended records not yet written: one pwrite at commit (or at a seal). */
+    uint8_t *wbuf;
+    size_t wlen, wcap;
+    uint64_t woff; /* offset in the active segment of wbuf[0] */
+    bool broken;   /* an append failed: only abort is allowed */
+    bool active;
+};
+
+struct store_export_count {
+    uint32_t export_id;
+    uint64_t mapped;
+};
+
+struct store {
+    char *dir, *seg_dir, *db_dir;
+    int lock_fd;
+    struct store_options opt;
+    struct meta *meta;
+
+    pthread_mutex_t commit_lock;
+    pthread_mutex_t seg_lock;
+    pthread_mutex_t stat_lock;
+
+    struct store_seg **segs; /* sorted by id; seg_lock (readers) + commit_lock (writers) */
+    size_t nsegs, segs_cap;
+    struct store_seg *active;
+    bool dir_dirty; /* a segment file was created or removed since the last sync */
+    bool opened;    /* open completed: close may sync */
+
+    struct store_counters cnt;            /* commit_lock (writes), stat_lock (reads) */
+    struct store_export_count *exports;   /* stat_lock; loaded lazily */
+    size_t nexports, exports_cap;
+    uint64_t compactions;
+
+    struct store_txn txn; /* the one transaction: reused under commit_lock */
+    uint64_t wal_unflushed;  /* batch bytes since the last WAL flush */
+    uint64_t mem_unpolled;   /* batch bytes since the last memtable size poll */
+
+    /* compaction thread */
+    pthread_t compact_thread;
+    bool compact_running;
+    pthread_mutex_t compact_mu;   /* guards compact_stop; compact_cv waits on it */
+    pthread_cond_t compact_cv;
+    bool compact_stop;
+    pthread_mutex_t compact_run;  /* one compaction pass at a time (taken before commit_lock) */
+};
+
+/* segment.c */
+int store__seg_open_all(struct store *st);
+int store__seg_create(struct store *st, uint32_t id, struct store_seg **out);
+struct store_seg *store__seg_find(struct store *st, uint32_t id); /* commit_lock */
+struct store_seg *store__seg_get(struct store *st, uint32_t id);  /* +ref, any thread */
+void store__seg_put(struct store *st, struct store_seg *sg);
+void store__seg_remove(struct store *st, struct store_seg *sg);
+void store__seg_close_all(struct store *st);
+void store__seg_path(const struct store *st, uint32_t id, char *buf, size_t cap);
+void store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg);
+int store__seg_sync_all(struct store *st); /* commit_lock: fdatasync segments, dir */
+int store__seal_active(struct store *st);  /* commit_lock */
+int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
+                       struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);
+/* Reads the whole record at off (header + stored bytes) into buf and verifies it; *len
+ * gets its length. 0, -EUCLEAN, -ENOSPC (cap too small), -EIO. */
+int store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
+                    struct store_record_hdr *h, uint64_t *len);
+
+/* store.c */
+void store__counters_put(struct store *st, struct meta_batch *b, const struct store_counters *c);
+int store__export_count_get(struct store *st, uint32_t export_id, uint64_t *out); /* stat_lock */
+void store__export_count_set(struct store *st, uint32_t export_id, uint64_t v);
+void store__export_put(struct meta_batch *b, uint32_t export_id, uint64_t v);
+int store__chunk_load(struct store *st, uint64_t id, struct meta_chunk_rec *r);
+int store__wal_pace(struct store *st, size_t batch_bytes); /* commit_lock */
+int store__sync_locked(struct store *st);                  /* commit_lock */
+
+/* txn.c */
+int store__txn_init(struct store_txn *tx, struct store *st);
+void store__txn_fini(struct store_txn *tx);
+struct store_move {  /* one record compaction wants to copy */
+    uint64_t off;     /* in the source segment */
+    uint64_t id;      /* chunk id the rev entry named */
+    uint64_t len;     /* record bytes (header + stored) */
+    size_t buf_off;   /* where the record's bytes are in the caller's buffer */
+};
+int store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
+                        size_t n, const uint8_t *buf, uint64_t *moved);
+
+/* recover.c */
+int store__recover(struct store *st);
+
+/* compact.c */
+int store__compact_start(struct store *st);
+void store__compact_stop(struct store *st);
+
+#define STORE_META_COUNTERS "counters"
+#define STORE_META_SEG      "seg:"    /* + be32 segment id */
+#define STORE_META_EXPORT   "mapped:" /* + be32 export id */
+
+#endif

@@ -1,0 +1,339 @@
+/* segment: the table of segment files, their fds and accounting; creating, sealing, syncing
+ * and reading records from segments. Segment files are append-only and never rewritten:
+ * compaction copies live records out and removes the whole file.
+ * Knows nothing of transactions or refcounts. */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/crc32c.h"
+#include "util/log.h"
+
+void
+store__seg_path(const struct store *st, uint32_t id, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/seg-%08" PRIu32 ".log", st->seg_dir, id);
+}
+
+static size_t
+seg_index(struct store *st, uint32_t id, bool *found)
+{
+    size_t lo = 0, hi = st->nsegs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (st->segs[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < st->nsegs && st->segs[lo]->id == id;
+    return lo;
+}
+
+static int
+seg_insert(struct store *st, struct store_seg *sg)
+{
+    pthread_mutex_lock(&st->seg_lock);
+    if (st->nsegs == st->segs_cap) {
+        size_t cap = st->segs_cap ? st->segs_cap * 2 : 16;
+        struct store_seg **n = realloc(st->segs, cap * sizeof(*n));
+        if (!n) {
+            pthread_mutex_unlock(&st->seg_lock);
+            return -ENOMEM;
+        }
+        st->segs = n;
+        st->segs_cap = cap;
+    }
+    bool found;
+    size_t i = seg_index(st, sg->id, &found);
+    memmove(st->segs + i + 1, st->segs + i, (st->nsegs - i) * sizeof(*st->segs));
+    st->segs[i] = sg;
+    st->nsegs++;
+    pthread_mutex_unlock(&st->seg_lock);
+    return 0;
+}
+
+struct store_seg *
+store__seg_find(struct store *st, uint32_t id)
+{
+    bool found;
+    pthread_mutex_lock(&st->seg_lock);
+    size_t i = seg_index(st, id, &found);
+    struct store_seg *sg = found ? st->segs[i] : NULL;
+    pthread_mutex_unlock(&st->seg_lock);
+    return sg;
+}
+
+struct store_seg *
+store__seg_get(struct store *st, uint32_t id)
+{
+    bool found;
+    pthread_mutex_lock(&st->seg_lock);
+    size_t i = seg_index(st, id, &found);
+    struct store_seg *sg = found ? st->segs[i] : NULL;
+    if (sg)
+        sg->refs++;
+    pthread_mutex_unlock(&st->seg_lock);
+    return sg;
+}
+
+static void
+seg_free(struct store_seg *sg)
+{
+    if (sg->fd >= 0)
+        store__io->close(sg->fd);
+    free(sg);
+}
+
+void
+store__seg_put(struct store *st, struct store_seg *sg)
+{
+    pthread_mutex_lock(&st->seg_lock);
+    bool last = --sg->refs == 0;
+    pthread_mutex_unlock(&st->seg_lock);
+    if (last)
+        seg_free(sg);
+}
+
+/* Takes the segment out of the table; readers holding a reference finish on the open fd
+ * (the file may already be unlinked), the last one closes it. */
+void
+store__seg_remove(struct store *st, struct store_seg *sg)
+{
+    bool found;
+    pthread_mutex_lock(&st->seg_lock);
+    size_t i = seg_index(st, sg->id, &found);
+    if (found && st->segs[i] == sg) {
+        memmove(st->segs + i, st->segs + i + 1, (st->nsegs - i - 1) * sizeof(*st->segs));
+        st->nsegs--;
+        sg->removed = true;
+    }
+    pthread_mutex_unlock(&st->seg_lock);
+    if (found)
+        store__seg_put(st, sg);
+}
+
+void
+store__seg_close_all(struct store *st)
+{
+    while (st->nsegs)
+        store__seg_remove(st, st->segs[st->nsegs - 1]);
+    free(st->segs);
+    st->segs = NULL;
+    st->segs_cap = 0;
+    st->active = NULL;
+}
+
+static int
+seg_new(struct store *st, uint32_t id, int flags, struct store_seg **out)
+{
+    char path[4096];
+    store__seg_path(st, id, path, sizeof(path));
+    struct store_seg *sg = calloc(1, sizeof(*sg));
+    if (!sg)
+        return -ENOMEM;
+    sg->id = id;
+    sg->refs = 1;
+    sg->fd = store__io->open(path, flags, 0644);
+    if (sg->fd < 0) {
+        int rc = sg->fd;
+        log_err("store: seg %" PRIu32 ": open %s: %s", id, path, strerror(-rc));
+        free(sg);
+        return rc;
+    }
+    int rc = store__io->fsize(sg->fd, &sg->size);
+    if (rc == 0)
+        rc = seg_insert(st, sg);
+    if (rc) {
+        seg_free(sg);
+        return rc;
+    }
+    sg->synced = sg->size;
+    *out = sg;
+    return 0;
+}
+
+int
+store__seg_create(struct store *st, uint32_t id, struct store_seg **out)
+{
+    int rc = seg_new(st, id, O_RDWR | O_CREAT | O_EXCL, out);
+    if (rc == 0) {
+        st->dir_dirty = true;
+        (*out)->dirty = true;
+    }
+    return rc;
+}
+
+static int
+open_one(void *arg, const char *name)
+{
+    struct store *st = arg;
+    unsigned id;
+    char tail[8];
+    if (strlen(name) != 16 || sscanf(name, "seg-%8u%4s", &id, tail) != 2 ||
+        strcmp(tail, ".log") || id == 0) {
+        log_warn("store: %s/%s: not a segment file name; ignored", st->seg_dir, name);
+        return 0;
+    }
+    struct store_seg *sg;
+    return seg_new(st, id, st->opt.read_only ? O_RDONLY : O_RDWR, &sg);
+}
+
+int
+store__seg_open_all(struct store *st)
+{
+    return store__io->list(st->seg_dir, open_one, st);
+}
+
+/* Segment meta value v1: version u8 | size | synced | live | dead (be64 each) | sealed u8 */
+#define SEG_VAL_LEN (1 + 4 * 8 + 1)
+
+static void
+be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t) v;
+}
+
+void
+store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg)
+{
+    (void) st;
+    uint8_t key[sizeof(STORE_META_SEG) - 1 + 4], val[SEG_VAL_LEN];
+    memcpy(key, STORE_META_SEG, sizeof(STORE_META_SEG) - 1);
+    key[sizeof(key) - 4] = sg->id >> 24;
+    key[sizeof(key) - 3] = sg->id >> 16;
+    key[sizeof(key) - 2] = sg->id >> 8;
+    key[sizeof(key) - 1] = sg->id;
+    val[0] = 1;
+    be64(val + 1, sg->size);
+    be64(val + 9, sg->synced);
+    be64(val + 17, sg->live);
+    be64(val + 25, sg->dead);
+    val[33] = sg->sealed;
+    meta_batch_put(b, META_CF_META, key, sizeof(key), val, sizeof(val));
+}
+
+int
+store__seg_sync_all(struct store *st)
+{
+    for (size_t i = 0; i < st->nsegs; i++) {
+        struct store_seg *sg = st->segs[i];
+        if (sg->synced == sg->size)
+            continue;
+        int rc = store__io->fdatasync(sg->fd);
+        if (rc) {
+            log_err("store: seg %" PRIu32 ": fdatasync: %s", sg->id, strerror(-rc));
+            return rc;
+        }
+        sg->synced = sg->size;
+        sg->dirty = true; /* the watermark goes to meta in the sync's own batch */
+    }
+    if (st->dir_dirty) {
+        int rc = store__io->fsync_dir(st->seg_dir);
+        if (rc) {
+            log_err("store: %s: fsync: %s", st->seg_dir, strerror(-rc));
+            return rc;
+        }
+        st->dir_dirty = false;
+    }
+    return 0;
+}
+
+int
+store__seal_active(struct store *st)
+{
+    struct store_seg *old = st->active, *sg;
+    uint32_t id = 1;
+    if (st->nsegs)
+        id = st->segs[st->nsegs - 1]->id + 1;
+    int rc = store__seg_create(st, id, &sg);
+    if (rc)
+        return rc;
+    if (old) {
+        old->sealed = true;
+        old->dirty = true;
+    }
+    st->active = sg;
+    log_debug("store: seg %" PRIu32 " active", id);
+    return 0;
+}
+
+/* Reads and verifies the record at off: header decodes, stored bytes match data_crc.
+ * Stored bytes go to buf (cap >= stored_len). With expect_len (the stored length the
+ * chunk entry records; 0 = unknown) header and bytes come in one preadv, which is the
+ * read path's common case. 0, -EUCLEAN (corrupt or torn: logged by the caller who knows
+ * the chunk), -EIO. */
+int
+store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
+                   struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len)
+{
+    (void) st;
+    uint8_t hb[STORE_RECORD_HDR_LEN];
+    size_t want = expect_len && expect_len <= cap ? expect_len : 0;
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {buf, want}};
+    ssize_t got;
+    do
+        got = store__io->preadv(sg->fd, iov, want ? 2 : 1, off);
+    while (got == -EINTR);
+    if (got < 0)
+        return (int) got;
+    /* Short reads are rare (a torn tail, a signal); the plain loops finish the rest. */
+    size_t done = (size_t) got;
+    if (done < sizeof(hb)) {
+        ssize_t n = store__io_read_full(sg->fd, hb, sizeof(hb), off);
+        if (n < 0)
+            return (int) n;
+        if (store_record_decode(hb, (size_t) n, h) != 0)
+            return -EUCLEAN;
+        done = sizeof(hb);
+    } else if (store_record_decode(hb, sizeof(hb), h) != 0) {
+        return -EUCLEAN;
+    }
+    if (h->stored_len > cap)
+        return -EUCLEAN;
+    size_t have = done - sizeof(hb);
+    if (want != h->stored_len)
+        have = 0; /* the chunk entry and the header disagree: read what the header says */
+    if (have < h->stored_len) {
+        ssize_t n = store__io_read_full(sg->fd, (uint8_t *) buf + have, h->stored_len - have,
+                                        off + STORE_RECORD_HDR_LEN + have);
+        if (n < 0)
+            return (int) n;
+        if ((size_t) n != h->stored_len - have)
+            return -EUCLEAN;
+    }
+    if (crc32c(0, buf, h->stored_len) != h->data_crc)
+        return -EUCLEAN;
+    return 0;
+}
+
+int
+store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
+                struct store_record_hdr *h, uint64_t *len)
+{
+    if (cap < STORE_RECORD_HDR_LEN)
+        return -ENOSPC;
+    ssize_t n = store__io_read_full(sg->fd, buf, STORE_RECORD_HDR_LEN, off);
+    if (n < 0)
+        return (int) n;
+    if (store_record_decode(buf, (size_t) n, h) != 0)
+        return -EUCLEAN;
+    uint64_t total = store_record_len(h->stored_len);
+    if (total > cap)
+        return -ENOSPC;
+    n = store__io_read_full(sg->fd, buf + STORE_RECORD_HDR_LEN, h->stored_len,
+                            off + STORE_RECORD_HDR_LEN);
+    if (n < 0)
+        return (int) n;
+    if ((size_t) n != h->stored_len ||
+        crc32c(0, buf + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc)
+        return -EUCLEAN;
+    *len = total;
+    return 0;
+}

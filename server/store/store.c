@@ -1,0 +1,525 @@
+/* store: opening and closing a data directory, reads (chunk info, chunk bytes, block map),
+ * sync, statistics, and the persisted counters. Transactions are in txn.c, recovery in
+ * recover.c, compaction in compact.c, check and scrub in check.c/scrub.c. */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+#define DEFAULT_SEG_BYTES     (256ULL << 20)
+#define MIN_SEG_BYTES         (64ULL << 10)
+#define WAL_FLUSH_BYTES       (8ULL << 20) /* half the in-memory WAL buffer (meta/db.c) */
+#define MEM_POLL_BYTES        (1ULL << 20)
+#define MEM_HEADROOM_BYTES    (8ULL << 20)
+
+static char *
+join(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = malloc(la + lb + 2);
+    if (p) {
+        memcpy(p, a, la);
+        p[la] = '/';
+        memcpy(p + la + 1, b, lb + 1);
+    }
+    return p;
+}
+
+static void
+put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t) v;
+}
+
+static uint64_t
+get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* counters value v1: version u8 | chunks | shared | raw_bytes | stored_bytes | next_id */
+#define COUNTERS_LEN (1 + 5 * 8)
+
+void
+store__counters_put(struct store *st, struct meta_batch *b, const struct store_counters *c)
+{
+    (void) st;
+    uint8_t v[COUNTERS_LEN];
+    v[0] = 1;
+    put_be64(v + 1, c->chunks);
+    put_be64(v + 9, c->shared);
+    put_be64(v + 17, c->raw_bytes);
+    put_be64(v + 25, c->stored_bytes);
+    put_be64(v + 33, c->next_id);
+    meta_batch_put(b, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS), v,
+                   sizeof(v));
+}
+
+static int
+counters_load(struct store *st)
+{
+    uint8_t v[COUNTERS_LEN];
+    ssize_t n = meta_get(st->meta, META_CF_META, STORE_META_COUNTERS,
+                         strlen(STORE_META_COUNTERS), v, sizeof(v));
+    if (n == -ENOENT) {
+        memset(&st->cnt, 0, sizeof(st->cnt));
+        st->cnt.next_id = 1;
+        return 0;
+    }
+    if (n < 0)
+        return (int) n;
+    if (n != COUNTERS_LEN || v[0] != 1) {
+        log_err("store: %s: malformed counters entry; run check with repair", st->dir);
+        return -EPROTO;
+    }
+    st->cnt.chunks = get_be64(v + 1);
+    st->cnt.shared = get_be64(v + 9);
+    st->cnt.raw_bytes = get_be64(v + 17);
+    st->cnt.stored_bytes = get_be64(v + 25);
+    st->cnt.next_id = get_be64(v + 33);
+    if (st->cnt.next_id == 0)
+        st->cnt.next_id = 1;
+    return 0;
+}
+
+static void
+export_key(uint8_t key[sizeof(STORE_META_EXPORT) - 1 + 4], uint32_t export_id)
+{
+    memcpy(key, STORE_META_EXPORT, sizeof(STORE_META_EXPORT) - 1);
+    meta_key_export_encode(key + sizeof(STORE_META_EXPORT) - 1, export_id);
+}
+
+void
+store__export_put(struct meta_batch *b, uint32_t export_id, uint64_t v)
+{
+    uint8_t key[sizeof(STORE_META_EXPORT) - 1 + 4], val[8];
+    export_key(key, export_id);
+    put_be64(val, v);
+    meta_batch_put(b, META_CF_META, key, sizeof(key), val, sizeof(val));
+}
+
+/* Caller holds stat_lock. */
+static struct store_export_count *
+export_slot(struct store *st, uint32_t export_id, bool create)
+{
+    for (size_t i = 0; i < st->nexports; i++)
+        if (st->exports[i].export_id == export_id)
+            return &st->exports[i];
+    if (!create)
+        return NULL;
+    if (st->nexports == st->exports_cap) {
+        size_t cap = st->exports_cap ? st->exports_cap * 2 : 8;
+        struct store_export_count *n = realloc(st->exports, cap * sizeof(*n));
+        if (!n)
+            return NULL;
+        st->exports = n;
+        st->exports_cap = cap;
+    }
+    struct store_export_count *e = &st->exports[st->nexports++];
+    e->export_id = export_id;
+    e->mapped = 0;
+    return e;
+}
+
+int
+store__export_count_get(struct store *st, uint32_t export_id, uint64_t *out)
+{
+    pthread_mutex_lock(&st->stat_lock);
+    struct store_export_count *e = export_slot(st, export_id, false);
+    if (e) {
+        *out = e->mapped;
+        pthread_mutex_unlock(&st->stat_lock);
+        return 0;
+    }
+    pthread_mutex_unlock(&st->stat_lock);
+    uint8_t key[sizeof(STORE_META_EXPORT) - 1 + 4], val[8];
+    export_key(key, export_id);
+    ssize_t n = meta_get(st->meta, META_CF_META, key, sizeof(key), val, sizeof(val));
+    uint64_t v = 0;
+    if (n == 8)
+        v = get_be64(val);
+    else if (n != -ENOENT)
+        return n < 0 ? (int) n : -EBADMSG;
+    pthread_mutex_lock(&st->stat_lock);
+    /* A commit may have filled the slot meanwhile; its value is newer than ours. */
+    e = export_slot(st, export_id, true);
+    if (!e) {
+        pthread_mutex_unlock(&st->stat_lock);
+        return -ENOMEM;
+    }
+    if (e->mapped == 0)
+        e->mapped = v;
+    *out = e->mapped;
+    pthread_mutex_unlock(&st->stat_lock);
+    return 0;
+}
+
+void
+store__export_count_set(struct store *st, uint32_t export_id, uint64_t v)
+{
+    pthread_mutex_lock(&st->stat_lock);
+    struct store_export_count *e = export_slot(st, export_id, true);
+    if (e)
+        e->mapped = v;
+    pthread_mutex_unlock(&st->stat_lock);
+}
+
+int
+store_export_mapped(struct store *st, uint32_t export_id, uint64_t *chunks)
+{
+    return store__export_count_get(st, export_id, chunks);
+}
+
+int
+store__chunk_load(struct store *st, uint64_t id, struct meta_chunk_rec *r)
+{
+    uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX];
+    meta_key_chunk_encode(key, id);
+    ssize_t n = meta_get(st->meta, META_CF_CHUNK, key, sizeof(key), val, sizeof(val));
+    if (n < 0)
+        return (int) n;
+    if ((size_t) n > sizeof(val) || meta_chunk_rec_decode(val, (size_t) n, r) != 0) {
+        log_err("store: chunk %" PRIu64 ": malformed chunk entry", id);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void
+info_from_rec(struct store_chunk_info *out, uint64_t id, const struct meta_chunk_rec *r)
+{
+    out->id = id;
+    out->seg = r->seg;
+    out->off = r->off;
+    out->raw_len = r->raw_len;
+    out->stored_len = r->stored_len;
+    out->codec = r->codec;
+    out->hash_alg = r->hash_alg;
+    out->hash_len = r->hash_len;
+    out->refs = r->refs;
+    memcpy(out->hash, r->hash, sizeof(out->hash));
+}
+
+int
+store_chunk_get(struct store *st, uint64_t chunk_id, struct store_chunk_info *out)
+{
+    struct meta_chunk_rec r;
+    int rc = store__chunk_load(st, chunk_id, &r);
+    if (rc == 0)
+        info_from_rec(out, chunk_id, &r);
+    return rc;
+}
+
+ssize_t
+store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
+{
+    /* Compaction may move the record between our look-up and our read. The old segment
+     * is only removed after the new location is committed, so a missing segment means
+     * "look again"; a reader that got the segment keeps its fd open until it is done. */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        struct meta_chunk_rec r;
+        int rc = store__chunk_load(st, chunk_id, &r);
+        if (rc)
+            return rc;
+        if (r.raw_len > cap)
+            return -EINVAL;
+        if (r.codec != STORE_CODEC_RAW) {
+            log_err("store: chunk %" PRIu64 ": codec %u not supported", chunk_id, r.codec);
+            return -EIO;
+        }
+        struct store_seg *sg = store__seg_get(st, r.seg);
+        if (!sg)
+            continue;
+        struct store_record_hdr h;
+        rc = store__read_record(st, sg, r.off, &h, buf, cap, r.stored_len);
+        store__seg_put(st, sg);
+        if (rc == 0 && (h.chunk_id != chunk_id || h.raw_len != r.raw_len))
+            rc = -EUCLEAN;
+        if (rc == -EUCLEAN)
+            log_err("store: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64
+                    ": record corrupt (bad header, length or crc)",
+                    chunk_id, r.seg, r.off);
+        else if (rc)
+            log_err("store: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read: %s",
+                    chunk_id, r.seg, r.off, strerror(-rc));
+        return rc ? rc : (ssize_t) r.raw_len;
+    }
+    log_err("store: chunk %" PRIu64 ": its segment is missing", chunk_id);
+    return -EIO;
+}
+
+int
+store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
+{
+    uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
+    meta_key_map_encode(key, export_id, chunk_idx);
+    ssize_t n = meta_get(st->meta, META_CF_MAP, key, sizeof(key), val, sizeof(val));
+    if (n < 0)
+        return (int) n;
+    if (meta_val_id_decode(val, (size_t) n, chunk_id) != 0) {
+        log_err("store: export %" PRIu32 " chunk %" PRIu64 ": malformed map entry", export_id,
+                chunk_idx);
+        return -EIO;
+    }
+    return 0;
+}
+
+int
+store_map_scan(struct store *st, uint32_t export_id, uint64_t first, uint64_t count,
+               int (*fn)(void *arg, uint64_t chunk_idx, uint64_t chunk_id), void *arg)
+{
+    if (count == 0)
+        return 0;
+    struct meta_iter *it = meta_iter_new(st->meta, META_CF_MAP);
+    if (!it)
+        return -ENOMEM;
+    uint8_t key[META_MAP_KEY_LEN];
+    meta_key_map_encode(key, export_id, first);
+    int rc = 0;
+    uint64_t last = first + count - 1 < first ? UINT64_MAX : first + count - 1;
+    for (meta_iter_seek(it, key, sizeof(key)); meta_iter_valid(it); meta_iter_next(it)) {
+        size_t kl, vl;
+        const void *k = meta_iter_key(it, &kl);
+        const void *v = meta_iter_value(it, &vl);
+        uint32_t e;
+        uint64_t idx, id;
+        if (meta_key_map_decode(k, kl, &e, &idx) || meta_val_id_decode(v, vl, &id)) {
+            log_err("store: export %" PRIu32 ": malformed map entry during scan", export_id);
+            rc = -EIO;
+            break;
+        }
+        if (e != export_id || idx > last)
+            break;
+        rc = fn(arg, idx, id);
+        if (rc)
+            break;
+    }
+    if (rc == 0)
+        rc = meta_iter_status(it);
+    meta_iter_free(it);
+    return rc;
+}
+
+struct meta *
+store_meta(struct store *st)
+{
+    return st->meta;
+}
+
+/* Invariant 4: segment fdatasync first, then the WAL. The commit lock keeps a transaction
+ * from appending between the two (its batch would reach the WAL ahead of its bytes). The
+ * synced watermarks go into a small batch between the two steps, so recovery knows which
+ * segment bytes it must not doubt. */
+int
+store__sync_locked(struct store *st)
+{
+    if (st->opt.read_only)
+        return 0;
+    int rc = store__seg_sync_all(st);
+    if (rc)
+        return rc;
+    struct meta_batch *b = st->txn.batch;
+    meta_batch_clear(b);
+    for (size_t i = 0; i < st->nsegs; i++) {
+        if (st->segs[i]->dirty) {
+            store__seg_put_meta(st, b, st->segs[i]);
+            st->segs[i]->dirty = false;
+        }
+    }
+    rc = meta_batch_commit(st->meta, b, false);
+    meta_batch_clear(b);
+    if (rc == 0)
+        rc = meta_sync(st->meta);
+    if (rc == 0)
+        st->wal_unflushed = 0;
+    return rc;
+}
+
+int
+store_sync(struct store *st)
+{
+    pthread_mutex_lock(&st->commit_lock);
+    int rc = store__sync_locked(st);
+    pthread_mutex_unlock(&st->commit_lock);
+    return rc;
+}
+
+/* Called after each commit with the commit lock held. Keeps RocksDB from persisting a
+ * batch before the segment bytes it references: the in-memory WAL buffer is written out
+ * (after an fdatasync) before it fills up on its own, and a memtable close to RocksDB's
+ * own flush threshold is flushed here, after an fdatasync, instead. */
+int
+store__wal_pace(struct store *st, size_t batch_bytes)
+{
+    st->wal_unflushed += batch_bytes;
+    st->mem_unpolled += batch_bytes;
+    int rc = 0;
+    if (st->mem_unpolled >= MEM_POLL_BYTES) {
+        st->mem_unpolled = 0;
+        if (meta_memtable_bytes(st->meta) + MEM_HEADROOM_BYTES >= meta_memtable_limit()) {
+            rc = store__sync_locked(st);
+            if (rc == 0)
+                rc = meta_flush_memtables(st->meta);
+            return rc;
+        }
+    }
+    if (st->wal_unflushed >= WAL_FLUSH_BYTES) {
+        rc = store__seg_sync_all(st);
+        if (rc == 0)
+            rc = meta_flush_wal(st->meta, false);
+        if (rc == 0)
+            st->wal_unflushed = 0;
+    }
+    return rc;
+}
+
+int
+store_stats(struct store *st, struct store_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&st->stat_lock);
+    out->chunks = st->cnt.chunks;
+    out->chunks_shared = st->cnt.shared;
+    out->raw_bytes = st->cnt.raw_bytes;
+    out->stored_bytes = st->cnt.stored_bytes;
+    out->compactions = st->compactions;
+    pthread_mutex_unlock(&st->stat_lock);
+    /* Segment sizes and dead bytes change under the commit lock; a racy read of 64-bit
+     * fields on a 64-bit host is good enough for a statistic, but take seg_lock so the
+     * table itself does not move under us. */
+    pthread_mutex_lock(&st->seg_lock);
+    for (size_t i = 0; i < st->nsegs; i++) {
+        out->disk_bytes += __atomic_load_n(&st->segs[i]->size, __ATOMIC_RELAXED);
+        out->dead_bytes += __atomic_load_n(&st->segs[i]->dead, __ATOMIC_RELAXED);
+    }
+    out->segments = st->nsegs;
+    pthread_mutex_unlock(&st->seg_lock);
+    for (int cf = 0; cf < META_CF__COUNT; cf++)
+        out->meta_bytes += meta_cf_size(st->meta, (enum meta_cf) cf);
+    return 0;
+}
+
+int
+store_open(const char *data_dir, const struct store_options *opt, struct store **out)
+{
+    struct store_options dflt = {0};
+    struct store *st = calloc(1, sizeof(*st));
+    if (!st)
+        return -ENOMEM;
+    st->lock_fd = -1;
+    st->opt = opt ? *opt : dflt;
+    if (st->opt.seg_bytes == 0)
+        st->opt.seg_bytes = DEFAULT_SEG_BYTES;
+    if (st->opt.seg_bytes < MIN_SEG_BYTES)
+        st->opt.seg_bytes = MIN_SEG_BYTES;
+    if (st->opt.compact_live_ratio <= 0 || st->opt.compact_live_ratio > 1)
+        st->opt.compact_live_ratio = 0.5;
+    if (st->opt.compact_bytes_per_sec == 0)
+        st->opt.compact_bytes_per_sec = 64ULL << 20;
+    pthread_mutex_init(&st->commit_lock, NULL);
+    pthread_mutex_init(&st->seg_lock, NULL);
+    pthread_mutex_init(&st->stat_lock, NULL);
+    pthread_mutex_init(&st->compact_mu, NULL);
+    pthread_mutex_init(&st->compact_run, NULL);
+    pthread_cond_init(&st->compact_cv, NULL);
+
+    int rc = -ENOMEM;
+    st->dir = strdup(data_dir);
+    st->seg_dir = join(data_dir, "segments");
+    st->db_dir = join(data_dir, "db");
+    char *lock_path = join(data_dir, DEDUPD_LOCK_NAME);
+    if (!st->dir || !st->seg_dir || !st->db_dir || !lock_path)
+        goto fail;
+    if (!st->opt.read_only) {
+        rc = store__io_mkdir_p(st->seg_dir);
+        if (rc == 0)
+            rc = store__io_mkdir_p(st->db_dir);
+        if (rc) {
+            log_err("store: %s: cannot create directories: %s", data_dir, strerror(-rc));
+            goto fail;
+        }
+    }
+    rc = store__io->lock(lock_path);
+    if (rc < 0) {
+        if (rc == -EBUSY)
+            log_err("store: %s: locked by another process (%s)", data_dir, lock_path);
+        else
+            log_err("store: %s: lock %s: %s", data_dir, lock_path, strerror(-rc));
+        goto fail;
+    }
+    st->lock_fd = rc;
+
+    struct meta_options mo = {
+        .block_cache_bytes = st->opt.block_cache_bytes,
+        .create_if_missing = !st->opt.read_only,
+        .read_only = st->opt.read_only,
+    };
+    rc = meta_open(st->db_dir, &mo, &st->meta);
+    if (rc)
+        goto fail;
+    rc = store__txn_init(&st->txn, st);
+    if (rc)
+        goto fail;
+    rc = counters_load(st);
+    if (rc)
+        goto fail;
+    rc = store__seg_open_all(st);
+    if (rc) {
+        log_err("store: %s: cannot open segments: %s", st->seg_dir, strerror(-rc));
+        goto fail;
+    }
+    rc = store__recover(st);
+    if (rc)
+        goto fail;
+    if (st->opt.background_compaction && !st->opt.read_only) {
+        rc = store__compact_start(st);
+        if (rc)
+            goto fail;
+    }
+    free(lock_path);
+    st->opened = true;
+    *out = st;
+    return 0;
+fail:
+    free(lock_path);
+    store_close(st);
+    return rc;
+}
+
+void
+store_close(struct store *st)
+{
+    if (!st)
+        return;
+    store__compact_stop(st);
+    if (st->opened && !st->opt.read_only) {
+        int rc = store_sync(st);
+        if (rc)
+            log_err("store: %s: sync at close failed: %s", st->dir, strerror(-rc));
+    }
+    store__seg_close_all(st);
+    store__txn_fini(&st->txn);
+    meta_close(st->meta);
+    if (st->lock_fd >= 0)
+        store__io->close(st->lock_fd);
+    pthread_mutex_destroy(&st->commit_lock);
+    pthread_mutex_destroy(&st->seg_lock);
+    pthread_mutex_destroy(&st->stat_lock);
+    pthread_mutex_destroy(&st->compact_mu);
+    pthread_mutex_destroy(&st->compact_run);
+    pthread_cond_destroy(&st->compact_cv);
+    free(st->exports);
+    free(st->dir);
+    free(st->seg_dir);
+    free(st->db_dir);
+    free(st);
+}

@@ -1,0 +1,740 @@
+/* txn: store transactions — appending chunk records, block map changes and refcounts,
+ * applied in one RocksDB batch at commit (invariant 3: the segment bytes are written
+ * before the batch). The commit lock is held from begin to commit/abort, so look-ups made
+ * inside a transaction cannot race with frees. Refcounts are read-modify-written under that
+ * lock through an overlay, so one chunk touched many times in one transaction gets one
+ * final value. Knows nothing of hashing policy or exports beyond map keys. */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/crc32c.h"
+#include "util/log.h"
+
+static inline size_t
+mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t) x;
+}
+
+int
+store__txn_init(struct store_txn *tx, struct store *st)
+{
+    memset(tx, 0, sizeof(*tx));
+    tx->st = st;
+    tx->batch = meta_batch_new();
+    tx->chunks_cap = 1024;
+    tx->chunks = calloc(tx->chunks_cap, sizeof(*tx->chunks));
+    tx->chunk_used = malloc(tx->chunks_cap * sizeof(*tx->chunk_used));
+    tx->maps_cap = 1024;
+    tx->maps = calloc(tx->maps_cap, sizeof(*tx->maps));
+    tx->map_used = malloc(tx->maps_cap * sizeof(*tx->map_used));
+    if (!tx->batch || !tx->chunks || !tx->chunk_used || !tx->maps || !tx->map_used)
+        return -ENOMEM;
+    return 0;
+}
+
+void
+store__txn_fini(struct store_txn *tx)
+{
+    meta_batch_free(tx->batch);
+    free(tx->chunks);
+    free(tx->chunk_used);
+    free(tx->maps);
+    free(tx->map_used);
+    free(tx->wbuf);
+    free(tx->segs);
+    memset(tx, 0, sizeof(*tx));
+}
+
+static void
+txn_reset(struct store_txn *tx)
+{
+    for (size_t i = 0; i < tx->nchunks; i++)
+        tx->chunks[tx->chunk_used[i]].id = 0;
+    for (size_t i = 0; i < tx->nmaps; i++)
+        tx->maps[tx->map_used[i]].used = false;
+    tx->nchunks = tx->nmaps = tx->nexports = tx->nsegs = 0;
+    tx->wlen = 0;
+    tx->broken = false;
+    tx->active = false;
+    meta_batch_clear(tx->batch);
+}
+
+/* ---- overlay tables ---- */
+
+static struct txn_chunk *
+chunk_slot(struct store_txn *tx, uint64_t id, bool *found)
+{
+    size_t mask = tx->chunks_cap - 1;
+    for (size_t i = mix64(id) & mask;; i = (i + 1) & mask) {
+        if (tx->chunks[i].id == id) {
+            *found = true;
+            return &tx->chunks[i];
+        }
+        if (tx->chunks[i].id == 0) {
+            *found = false;
+            return &tx->chunks[i];
+        }
+    }
+}
+
+static int
+chunks_grow(struct store_txn *tx)
+{
+    size_t cap = tx->chunks_cap * 2;
+    struct txn_chunk *old = tx->chunks;
+    uint32_t *used = malloc(cap * sizeof(*used));
+    struct txn_chunk *n = calloc(cap, sizeof(*n));
+    if (!n || !used) {
+        free(n);
+        free(used);
+        return -ENOMEM;
+    }
+    tx->chunks = n;
+    tx->chunks_cap = cap;
+    for (size_t i = 0; i < tx->nchunks; i++) {
+        bool f;
+        struct txn_chunk *s = chunk_slot(tx, old[tx->chunk_used[i]].id, &f);
+        *s = old[tx->chunk_used[i]];
+        used[i] = (uint32_t) (s - n);
+    }
+    free(old);
+    free(tx->chunk_used);
+    tx->chunk_used = used;
+    return 0;
+}
+
+/* The overlay entry of id, loading it from meta if the transaction has not touched it. */
+static int
+chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
+{
+    bool found;
+    struct txn_chunk *e = chunk_slot(tx, id, &found);
+    if (found) {
+        *out = e;
+        return 0;
+    }
+    struct meta_chunk_rec r;
+    int rc = store__chunk_load(tx->st, id, &r);
+    if (rc)
+        return rc;
+    if ((tx->nchunks + 1) * 2 > tx->chunks_cap) {
+        rc = chunks_grow(tx);
+        if (rc)
+            return rc;
+        e = chunk_slot(tx, id, &found);
+    }
+    e->id = id;
+    e->rec = r;
+    e->delta = 0;
+    e->is_new = false;
+    tx->chunk_used[tx->nchunks++] = (uint32_t) (e - tx->chunks);
+    *out = e;
+    return 0;
+}
+
+static struct txn_map *
+map_slot(struct store_txn *tx, uint32_t export_id, uint64_t idx, bool *found)
+{
+    size_t mask = tx->maps_cap - 1;
+    for (size_t i = mix64(idx * 31 + export_id) & mask;; i = (i + 1) & mask) {
+        struct txn_map *m = &tx->maps[i];
+        if (!m->used) {
+            *found = false;
+            return m;
+        }
+        if (m->export_id == export_id && m->chunk_idx == idx) {
+            *found = true;
+            return m;
+        }
+    }
+}
+
+static int
+maps_grow(struct store_txn *tx)
+{
+    size_t cap = tx->maps_cap * 2;
+    struct txn_map *old = tx->maps;
+    uint32_t *used = malloc(cap * sizeof(*used));
+    struct txn_map *n = calloc(cap, sizeof(*n));
+    if (!n || !used) {
+        free(n);
+        free(used);
+        return -ENOMEM;
+    }
+    tx->maps = n;
+    tx->maps_cap = cap;
+    for (size_t i = 0; i < tx->nmaps; i++) {
+        bool f;
+        struct txn_map *o = &old[tx->map_used[i]];
+        struct txn_map *s = map_slot(tx, o->export_id, o->chunk_idx, &f);
+        *s = *o;
+        used[i] = (uint32_t) (s - n);
+    }
+    free(old);
+    free(tx->map_used);
+    tx->map_used = used;
+    return 0;
+}
+
+static struct txn_seg *
+seg_delta(struct store_txn *tx, struct store_seg *sg)
+{
+    for (size_t i = 0; i < tx->nsegs; i++)
+        if (tx->segs[i].sg == sg)
+            return &tx->segs[i];
+    if (tx->nsegs == tx->segs_cap) {
+        size_t cap = tx->segs_cap ? tx->segs_cap * 2 : 8;
+        struct txn_seg *n = realloc(tx->segs, cap * sizeof(*n));
+        if (!n)
+            return NULL;
+        tx->segs = n;
+        tx->segs_cap = cap;
+    }
+    struct txn_seg *d = &tx->segs[tx->nsegs++];
+    d->sg = sg;
+    d->d_live = d->d_dead = 0;
+    return d;
+}
+
+/* ---- the API ---- */
+
+int
+store_txn_begin(struct store *st, struct store_txn **out)
+{
+    if (st->opt.read_only)
+        return -EROFS;
+    pthread_mutex_lock(&st->commit_lock);
+    struct store_txn *tx = &st->txn;
+    txn_reset(tx);
+    tx->active = true;
+    tx->woff = st->active->size;
+    *out = tx;
+    return 0;
+}
+
+struct meta_batch *
+store_txn_batch(struct store_txn *tx)
+{
+    return tx->batch;
+}
+
+static int
+flush_wbuf(struct store_txn *tx)
+{
+    struct store *st = tx->st;
+    if (tx->wlen == 0)
+        return 0;
+    int rc = store__io_write_full(st->active->fd, tx->wbuf, tx->wlen, tx->woff);
+    if (rc) {
+        log_err("store: seg %" PRIu32 " off %" PRIu64 ": write of %zu bytes: %s",
+                st->active->id, tx->woff, tx->wlen, strerror(-rc));
+        return rc;
+    }
+    tx->woff += tx->wlen;
+    tx->wlen = 0;
+    return 0;
+}
+
+/* Makes room for one record of reclen bytes at the end of wbuf, sealing the active segment
+ * first if the record would not fit in it. The record goes to (st->active, active->size). */
+static int
+reserve_append(struct store_txn *tx, uint64_t reclen)
+{
+    struct store *st = tx->st;
+    if (st->active->size > 0 && st->active->size + reclen > st->opt.seg_bytes) {
+        /* Seal: the records so far go to the old segment now, the rest to a new one. */
+        int rc = flush_wbuf(tx);
+        if (rc == 0) {
+            struct store_seg *old = st->active;
+            rc = store__seal_active(st);
+            if (rc == 0 && (!seg_delta(tx, old) || !seg_delta(tx, st->active)))
+                rc = -ENOMEM;
+        }
+        if (rc) {
+            tx->broken = true;
+            return rc;
+        }
+        tx->woff = st->active->size;
+    }
+    if (tx->wlen + reclen > tx->wcap) {
+        size_t cap = tx->wcap ? tx->wcap : (1u << 20);
+        while (cap < tx->wlen + reclen)
+            cap *= 2;
+        uint8_t *n = realloc(tx->wbuf, cap);
+        if (!n)
+            return -ENOMEM;
+        tx->wbuf = n;
+        tx->wcap = cap;
+    }
+    return seg_delta(tx, st->active) ? 0 : -ENOMEM;
+}
+
+int
+store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
+                    size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id)
+{
+    struct store *st = tx->st;
+    if (tx->broken)
+        return -EIO;
+    if (len == 0 || len > DEDUPD_CHUNK_MAX || hash_len > DEDUPD_HASH_MAX_LEN ||
+        (hash_len && !hash) || (hash_alg && !hash_len))
+        return -EINVAL;
+    uint64_t reclen = store_record_len(len);
+    int rc = reserve_append(tx, reclen);
+    if (rc)
+        return rc;
+    bool found;
+    if ((tx->nchunks + 1) * 2 > tx->chunks_cap && chunks_grow(tx))
+        return -ENOMEM;
+    uint64_t id = st->cnt.next_id;
+    struct txn_chunk *e = chunk_slot(tx, id, &found);
+
+    struct store_record_hdr h = {
+        .codec = STORE_CODEC_RAW,
+        .hash_alg = hash_alg,
+        .hash_len = (uint8_t) hash_len,
+        .raw_len = len,
+        .stored_len = len,
+        .chunk_id = id,
+        .data_crc = crc32c(0, buf, len),
+    };
+    if (hash_len)
+        memcpy(h.hash, hash, hash_len);
+    store_record_encode(tx->wbuf + tx->wlen, &h);
+    memcpy(tx->wbuf + tx->wlen + STORE_RECORD_HDR_LEN, buf, len);
+
+    memset(e, 0, sizeof(*e));
+    e->id = id;
+    e->is_new = true;
+    e->rec.seg = st->active->id;
+    e->rec.off = st->active->size;
+    e->rec.raw_len = len;
+    e->rec.stored_len = len;
+    e->rec.codec = STORE_CODEC_RAW;
+    e->rec.hash_alg = hash_alg;
+    e->rec.hash_len = (uint8_t) hash_len;
+    if (hash_len)
+        memcpy(e->rec.hash, hash, hash_len);
+    tx->chunk_used[tx->nchunks++] = (uint32_t) (e - tx->chunks);
+
+    st->cnt.next_id++;
+    tx->wlen += reclen;
+    st->active->size += reclen;
+    *chunk_id = id;
+    return 0;
+}
+
+int
+store_txn_ref(struct store_txn *tx, uint64_t chunk_id, int64_t delta)
+{
+    struct txn_chunk *e;
+    if (chunk_id == 0)
+        return -EINVAL;
+    int rc = chunk_entry(tx, chunk_id, &e);
+    if (rc) {
+        if (rc == -ENOENT)
+            log_err("store: ref %+" PRId64 " on chunk %" PRIu64 ": no such chunk", delta,
+                    chunk_id);
+        return rc;
+    }
+    if ((int64_t) e->rec.refs + e->delta + delta < 0) {
+        log_err("store: ref %+" PRId64 " on chunk %" PRIu64 " would go below zero", delta,
+                chunk_id);
+        return -EINVAL;
+    }
+    e->delta += delta;
+    return 0;
+}
+
+static int
+export_delta(struct store_txn *tx, uint32_t export_id, int64_t d)
+{
+    for (size_t i = 0; i < tx->nexports; i++) {
+        if (tx->exports[i].export_id == export_id) {
+            tx->exports[i].delta += d;
+            return 0;
+        }
+    }
+    if (tx->nexports == sizeof(tx->exports) / sizeof(tx->exports[0])) {
+        log_err("store: one transaction touches more than %zu exports", tx->nexports);
+        return -E2BIG;
+    }
+    tx->exports[tx->nexports].export_id = export_id;
+    tx->exports[tx->nexports++].delta = d;
+    return 0;
+}
+
+int
+store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
+                  uint64_t chunk_id)
+{
+    struct store *st = tx->st;
+    bool found;
+    if ((tx->nmaps + 1) * 2 > tx->maps_cap && maps_grow(tx))
+        return -ENOMEM;
+    struct txn_map *m = map_slot(tx, export_id, chunk_idx, &found);
+    uint64_t old = 0;
+    if (found) {
+        old = m->chunk_id;
+    } else {
+        int rc = store_map_get(st, export_id, chunk_idx, &old);
+        if (rc && rc != -ENOENT)
+            return rc;
+        if (rc == -ENOENT)
+            old = 0;
+    }
+    if (old == chunk_id)
+        return 0;
+    /* Load both before changing either, so a failure leaves the transaction as it was. */
+    struct txn_chunk *enew = NULL, *eold = NULL;
+    int rc = 0;
+    if (chunk_id)
+        rc = chunk_entry(tx, chunk_id, &enew);
+    if (rc == 0 && old)
+        rc = chunk_entry(tx, old, &eold);
+    if (rc) {
+        if (rc == -ENOENT)
+            log_err("store: export %" PRIu32 " chunk %" PRIu64 ": map to chunk %" PRIu64
+                    " (was %" PRIu64 "): no such chunk", export_id, chunk_idx, chunk_id, old);
+        return rc;
+    }
+    int64_t d = (old == 0) - (chunk_id == 0);
+    if (d && (rc = export_delta(tx, export_id, d)))
+        return rc;
+    if (chunk_id)
+        chunk_entry(tx, chunk_id, &enew); /* tables may have grown: re-find */
+    if (enew)
+        enew->delta++;
+    if (old) {
+        chunk_entry(tx, old, &eold);
+        eold->delta--;
+    }
+    if (!found) {
+        m->used = true;
+        m->export_id = export_id;
+        m->chunk_idx = chunk_idx;
+        tx->map_used[tx->nmaps++] = (uint32_t) (m - tx->maps);
+    }
+    m->chunk_id = chunk_id;
+    uint8_t key[META_MAP_KEY_LEN];
+    meta_key_map_encode(key, export_id, chunk_idx);
+    if (chunk_id) {
+        uint8_t val[META_ID_VAL_LEN];
+        meta_val_id_encode(val, chunk_id);
+        meta_batch_put(tx->batch, META_CF_MAP, key, sizeof(key), val, sizeof(val));
+    } else {
+        meta_batch_delete(tx->batch, META_CF_MAP, key, sizeof(key));
+    }
+    return 0;
+}
+
+static void
+info_of(const struct txn_chunk *e, struct store_chunk_info *out)
+{
+    out->id = e->id;
+    out->seg = e->rec.seg;
+    out->off = e->rec.off;
+    out->raw_len = e->rec.raw_len;
+    out->stored_len = e->rec.stored_len;
+    out->codec = e->rec.codec;
+    out->hash_alg = e->rec.hash_alg;
+    out->hash_len = e->rec.hash_len;
+    out->refs = (uint64_t) ((int64_t) e->rec.refs + e->delta);
+    memcpy(out->hash, e->rec.hash, sizeof(out->hash));
+}
+
+int
+store_txn_chunk_get(struct store_txn *tx, uint64_t chunk_id, struct store_chunk_info *out)
+{
+    bool found;
+    struct txn_chunk *e = chunk_slot(tx, chunk_id, &found);
+    if (found) {
+        info_of(e, out);
+        return 0;
+    }
+    return store_chunk_get(tx->st, chunk_id, out);
+}
+
+/* Rolls the in-memory state back after a failed or aborted transaction: records not yet
+ * written are un-reserved; records already written (before a seal) are dead bytes. */
+static void
+txn_unwind(struct store_txn *tx)
+{
+    struct store *st = tx->st;
+    if (tx->wlen && st->active->size == tx->woff + tx->wlen)
+        st->active->size = tx->woff;
+    for (size_t i = 0; i < tx->nchunks; i++) {
+        struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
+        if (!e->is_new)
+            continue;
+        struct store_seg *sg = store__seg_find(st, e->rec.seg);
+        if (sg && e->rec.off < sg->size) {
+            sg->dead += store_record_len(e->rec.stored_len);
+            sg->dirty = true;
+        }
+    }
+}
+
+void
+store_txn_abort(struct store_txn *tx)
+{
+    if (!tx)
+        return;
+    struct store *st = tx->st;
+    txn_unwind(tx);
+    txn_reset(tx);
+    pthread_mutex_unlock(&st->commit_lock);
+}
+
+static void
+free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
+           store_freed_fn freed, void *arg)
+{
+    struct store *st = tx->st;
+    uint8_t key[META_CHUNK_KEY_LEN], rkey[META_REV_KEY_LEN];
+    if (freed) {
+        struct store_chunk_info info;
+        info_of(e, &info);
+        freed(arg, &info);
+    }
+    meta_key_chunk_encode(key, e->id);
+    meta_batch_delete(tx->batch, META_CF_CHUNK, key, sizeof(key));
+    meta_key_rev_encode(rkey, e->rec.seg, e->rec.off);
+    meta_batch_delete(tx->batch, META_CF_REV, rkey, sizeof(rkey));
+    if (e->rec.hash_alg) {
+        /* Delete the hash entry only if it names this chunk: another chunk with the same
+         * bytes may own it (dedup was off, or a verify mismatch kept both). */
+        uint8_t hkey[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
+        size_t hl = meta_key_hash_encode(hkey, e->rec.hash_alg, e->rec.hash, e->rec.hash_len);
+        uint64_t owner;
+        ssize_t n = meta_get(st->meta, META_CF_HASH, hkey, hl, val, sizeof(val));
+        if (n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == e->id)
+            meta_batch_delete(tx->batch, META_CF_HASH, hkey, hl);
+    }
+    c->chunks--;
+    c->raw_bytes -= e->rec.raw_len;
+    c->stored_bytes -= e->rec.stored_len;
+}
+
+int
+store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
+{
+    struct store *st = tx->st;
+    struct store_counters c = st->cnt;
+    int rc = 0;
+    if (tx->broken) {
+        rc = -EIO;
+        goto fail;
+    }
+    for (size_t i = 0; i < tx->nchunks; i++) {
+        struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
+        int64_t before = (int64_t) e->rec.refs, after = before + e->delta;
+        uint64_t reclen = store_record_len(e->rec.stored_len);
+        struct store_seg *sg = store__seg_find(st, e->rec.seg);
+        struct txn_seg *sd = sg ? seg_delta(tx, sg) : NULL;
+        if (!sd) {
+            rc = sg ? -ENOMEM : -EIO;
+            if (!sg)
+                log_err("store: chunk %" PRIu64 ": segment %" PRIu32 " not open", e->id,
+                        e->rec.seg);
+            goto fail;
+        }
+        if (e->is_new && after == 0) {
+            sd->d_dead += (int64_t) reclen; /* appended but never referenced */
+            continue;
+        }
+        if (after == 0) {
+            free_chunk(tx, e, &c, freed, arg);
+            sd->d_live -= (int64_t) reclen;
+            sd->d_dead += (int64_t) reclen;
+            if (before > 1)
+                c.shared--;
+            continue;
+        }
+        if (!e->is_new && e->delta == 0)
+            continue;
+        uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX];
+        struct meta_chunk_rec r = e->rec;
+        r.refs = (uint64_t) after;
+        meta_key_chunk_encode(key, e->id);
+        meta_batch_put(tx->batch, META_CF_CHUNK, key, sizeof(key), val,
+                       meta_chunk_rec_encode(val, &r));
+        if (e->is_new) {
+            uint8_t rkey[META_REV_KEY_LEN], rval[META_ID_VAL_LEN];
+            meta_key_rev_encode(rkey, r.seg, r.off);
+            meta_val_id_encode(rval, e->id);
+            meta_batch_put(tx->batch, META_CF_REV, rkey, sizeof(rkey), rval, sizeof(rval));
+            c.chunks++;
+            c.raw_bytes += r.raw_len;
+            c.stored_bytes += r.stored_len;
+            sd->d_live += (int64_t) reclen;
+        }
+        c.shared += (after > 1) - (before > 1 && !e->is_new);
+    }
+    uint64_t export_vals[16];
+    for (size_t i = 0; i < tx->nexports; i++) {
+        uint64_t cur;
+        rc = store__export_count_get(st, tx->exports[i].export_id, &cur);
+        if (rc)
+            goto fail;
+        export_vals[i] = (uint64_t) ((int64_t) cur + tx->exports[i].delta);
+        store__export_put(tx->batch, tx->exports[i].export_id, export_vals[i]);
+    }
+    for (size_t i = 0; i < tx->nsegs; i++) {
+        struct txn_seg *d = &tx->segs[i];
+        struct store_seg tmp = *d->sg;
+        tmp.live = (uint64_t) ((int64_t) tmp.live + d->d_live);
+        tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
+        store__seg_put_meta(st, tx->batch, &tmp);
+    }
+    store__counters_put(st, tx->batch, &c);
+
+    /* invariant 3: segment bytes before batch */
+    rc = flush_wbuf(tx);
+    if (rc)
+        goto fail;
+    size_t bytes = meta_batch_bytes(tx->batch);
+    rc = meta_batch_commit(st->meta, tx->batch, false);
+    if (rc)
+        goto fail;
+
+    for (size_t i = 0; i < tx->nsegs; i++) {
+        struct txn_seg *d = &tx->segs[i];
+        d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
+        d->sg->dead = (uint64_t) ((int64_t) d->sg->dead + d->d_dead);
+        d->sg->dirty = false;
+    }
+    for (size_t i = 0; i < tx->nexports; i++)
+        store__export_count_set(st, tx->exports[i].export_id, export_vals[i]);
+    pthread_mutex_lock(&st->stat_lock);
+    st->cnt = c;
+    pthread_mutex_unlock(&st->stat_lock);
+    /* The batch is committed: a pacing failure is logged and surfaces at the next sync. */
+    rc = store__wal_pace(st, bytes);
+    if (rc)
+        log_err("store: flushing the write-ahead log after a commit failed: %s",
+                strerror(-rc));
+    txn_reset(tx);
+    pthread_mutex_unlock(&st->commit_lock);
+    return 0;
+fail:
+    /* Nothing of the batch is visible. Records written to the segment stay as dead bytes
+     * (a later commit persists that), or are truncated by recovery after a crash. */
+    if (tx->wlen == 0) {
+        for (size_t i = 0; i < tx->nchunks; i++) {
+            struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
+            struct store_seg *sg = e->is_new ? store__seg_find(st, e->rec.seg) : NULL;
+            if (sg) {
+                sg->dead += store_record_len(e->rec.stored_len);
+                sg->dirty = true;
+            }
+        }
+    } else {
+        txn_unwind(tx);
+    }
+    txn_reset(tx);
+    pthread_mutex_unlock(&st->commit_lock);
+    return rc;
+}
+
+/* Compaction's commit: re-appends records read from segment `from` to the active segment
+ * and points their chunks at the new copies, in one batch. Caller holds the commit lock.
+ * A record whose chunk was freed or moved since it was read is skipped (its bytes are
+ * already dead). *moved gets the record bytes moved. The new copies are written but not
+ * synced: the caller syncs before it deletes `from`. */
+int
+store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
+                    size_t n, const uint8_t *buf, uint64_t *moved)
+{
+    struct store_txn *tx = &st->txn;
+    txn_reset(tx);
+    tx->active = true;
+    tx->woff = st->active->size;
+    *moved = 0;
+    struct txn_seg *fd = seg_delta(tx, from);
+    int rc = fd ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct meta_chunk_rec r;
+        int lr = store__chunk_load(st, mv[i].id, &r);
+        if (lr == -ENOENT || (lr == 0 && (r.seg != from->id || r.off != mv[i].off)))
+            continue;
+        if (lr) {
+            rc = lr;
+            break;
+        }
+        uint64_t reclen = store_record_len(r.stored_len);
+        if (reclen != mv[i].len) {
+            log_err("store: compaction: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64
+                    ": record length disagrees with its chunk entry; left in place",
+                    mv[i].id, from->id, mv[i].off);
+            continue;
+        }
+        rc = reserve_append(tx, reclen);
+        if (rc)
+            break;
+        memcpy(tx->wbuf + tx->wlen, buf + mv[i].buf_off, reclen);
+        uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX], rk[META_REV_KEY_LEN],
+            rv[META_ID_VAL_LEN];
+        meta_key_rev_encode(rk, r.seg, r.off);
+        meta_batch_delete(tx->batch, META_CF_REV, rk, sizeof(rk));
+        r.seg = st->active->id;
+        r.off = st->active->size;
+        meta_key_chunk_encode(key, mv[i].id);
+        meta_batch_put(tx->batch, META_CF_CHUNK, key, sizeof(key), val,
+                       meta_chunk_rec_encode(val, &r));
+        meta_key_rev_encode(rk, r.seg, r.off);
+        meta_val_id_encode(rv, mv[i].id);
+        meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
+        tx->wlen += reclen;
+        st->active->size += reclen;
+        seg_delta(tx, st->active)->d_live += (int64_t) reclen;
+        fd = seg_delta(tx, from); /* the array may have grown */
+        fd->d_live -= (int64_t) reclen;
+        fd->d_dead += (int64_t) reclen;
+        *moved += reclen;
+    }
+    if (rc == 0) {
+        for (size_t i = 0; i < tx->nsegs; i++) {
+            struct txn_seg *d = &tx->segs[i];
+            struct store_seg tmp = *d->sg;
+            tmp.live = (uint64_t) ((int64_t) tmp.live + d->d_live);
+            tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
+            store__seg_put_meta(st, tx->batch, &tmp);
+        }
+        rc = flush_wbuf(tx); /* invariant 3: segment bytes before batch */
+    }
+    size_t bytes = meta_batch_bytes(tx->batch);
+    if (rc == 0)
+        rc = meta_batch_commit(st->meta, tx->batch, false);
+    if (rc == 0) {
+        for (size_t i = 0; i < tx->nsegs; i++) {
+            struct txn_seg *d = &tx->segs[i];
+            d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
+            d->sg->dead = (uint64_t) ((int64_t) d->sg->dead + d->d_dead);
+            d->sg->dirty = false;
+        }
+        rc = store__wal_pace(st, bytes);
+    } else {
+        /* Copies already written are dead; unwritten ones are un-reserved. */
+        if (tx->wlen && st->active->size == tx->woff + tx->wlen)
+            st->active->size = tx->woff;
+        for (size_t i = 0; i < tx->nsegs; i++) {
+            struct txn_seg *d = &tx->segs[i];
+            if (d->d_live > 0 && d->sg != from) {
+                d->sg->dead += (uint64_t) d->d_live;
+                d->sg->dirty = true;
+            }
+        }
+        *moved = 0;
+    }
+    txn_reset(tx);
+    return rc;
+}

@@ -1,0 +1,200 @@
+/* Tests server/meta/db.c and batch.c on real RocksDB directories in /tmp. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <rocksdb/c.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fakes/tmpdir.h"
+#include "meta/meta.h"
+#include "util/log.h"
+
+static char dir[64];
+static char db[128];
+
+static void
+setup(void)
+{
+    log_set_level(LOG_LEVEL_ERROR);
+    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
+    snprintf(db, sizeof(db), "%s/db", dir);
+}
+
+static void
+teardown(void)
+{
+    tmpdir_rm(dir);
+}
+
+TestSuite(db, .init = setup, .fini = teardown);
+
+static struct meta *
+open_ok(bool create)
+{
+    struct meta_options o = {.block_cache_bytes = 8 << 20, .create_if_missing = create};
+    struct meta *m = NULL;
+    cr_assert_eq(meta_open(db, &o, &m), 0);
+    return m;
+}
+
+Test(db, put_get_delete_survive_reopen)
+{
+    struct meta *m = open_ok(true);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_MAP, "k1", 2, "v1", 2);
+    meta_batch_put(b, META_CF_HASH, "k1", 2, "other-cf", 8);
+    meta_batch_put(b, META_CF_MAP, "k2", 2, "v2", 2);
+    meta_batch_delete(b, META_CF_MAP, "k2", 2);
+    cr_assert_eq(meta_batch_count(b), 4);
+    cr_assert_eq(meta_batch_commit(m, b, false), 0);
+    meta_batch_free(b);
+    char v[16];
+    cr_assert_eq(meta_get(m, META_CF_MAP, "k1", 2, v, sizeof(v)), 2);
+    cr_assert_eq(memcmp(v, "v1", 2), 0);
+    cr_assert_eq(meta_get(m, META_CF_MAP, "k2", 2, v, sizeof(v)), -ENOENT);
+    /* Value longer than cap: full length returned, cap bytes copied. */
+    cr_assert_eq(meta_get(m, META_CF_HASH, "k1", 2, v, 3), 8);
+    cr_assert_eq(memcmp(v, "oth", 3), 0);
+    cr_assert_eq(meta_sync(m), 0);
+    meta_close(m);
+
+    m = open_ok(false);
+    cr_assert_eq(meta_get(m, META_CF_MAP, "k1", 2, v, sizeof(v)), 2);
+    cr_assert_eq(meta_get(m, META_CF_CHUNK, "k1", 2, v, sizeof(v)), -ENOENT);
+    meta_close(m);
+}
+
+Test(db, unsynced_batches_are_flushed_at_close)
+{
+    struct meta *m = open_ok(true);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_CHUNK, "a", 1, "1", 1);
+    cr_assert_eq(meta_batch_commit(m, b, false), 0);
+    meta_batch_free(b);
+    meta_close(m);
+    m = open_ok(false);
+    char v[4];
+    cr_assert_eq(meta_get(m, META_CF_CHUNK, "a", 1, v, sizeof(v)), 1);
+    meta_close(m);
+}
+
+Test(db, iterator_is_ordered_and_a_snapshot)
+{
+    struct meta *m = open_ok(true);
+    struct meta_batch *b = meta_batch_new();
+    const char *keys[] = {"c", "a", "b", "d"};
+    for (int i = 0; i < 4; i++)
+        meta_batch_put(b, META_CF_REV, keys[i], 1, keys[i], 1);
+    cr_assert_eq(meta_batch_commit(m, b, false), 0);
+    struct meta_iter *it = meta_iter_new(m, META_CF_REV);
+    meta_batch_clear(b);
+    meta_batch_put(b, META_CF_REV, "bb", 2, "x", 1); /* after the snapshot: unseen */
+    cr_assert_eq(meta_batch_commit(m, b, false), 0);
+    meta_batch_free(b);
+    char seen[8] = {0};
+    int n = 0;
+    for (meta_iter_seek(it, "b", 1); meta_iter_valid(it); meta_iter_next(it)) {
+        size_t kl;
+        const char *k = meta_iter_key(it, &kl);
+        seen[n++] = k[0];
+        cr_assert_eq(kl, 1);
+    }
+    cr_assert_str_eq(seen, "bcd");
+    cr_assert_eq(meta_iter_status(it), 0);
+    meta_iter_free(it);
+    meta_close(m);
+}
+
+Test(db, missing_database_without_create_is_enoent)
+{
+    struct meta_options o = {.create_if_missing = false};
+    struct meta *m = NULL;
+    cr_assert_eq(meta_open(db, &o, &m), -ENOENT);
+    cr_assert_null(m);
+}
+
+Test(db, read_only_open_refuses_writes)
+{
+    struct meta *m = open_ok(true);
+    meta_close(m);
+    struct meta_options o = {.read_only = true};
+    cr_assert_eq(meta_open(db, &o, &m), 0);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_MAP, "k", 1, "v", 1);
+    cr_assert_eq(meta_batch_commit(m, b, false), -EROFS);
+    meta_batch_free(b);
+    meta_close(m);
+}
+
+Test(db, newer_format_version_is_eproto)
+{
+    struct meta *m = open_ok(true);
+    struct meta_batch *b = meta_batch_new();
+    uint8_t v[4] = {0, 0, 0, 99};
+    meta_batch_put(b, META_CF_META, "format_version", 14, v, 4);
+    cr_assert_eq(meta_batch_commit(m, b, true), 0);
+    meta_batch_free(b);
+    meta_close(m);
+    struct meta_options o = {.create_if_missing = true};
+    cr_assert_eq(meta_open(db, &o, &m), -EPROTO);
+}
+
+Test(db, foreign_rocksdb_is_eproto_and_untouched)
+{
+    /* A RocksDB written by another program: default column family only. */
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(o, 1);
+    char *err = NULL;
+    rocksdb_t *r = rocksdb_open(o, db, &err);
+    cr_assert_null(err);
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_put(r, wo, "theirs", 6, "data", 4, &err);
+    cr_assert_null(err);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_close(r);
+    rocksdb_options_destroy(o);
+
+    char current[256];
+    snprintf(current, sizeof(current), "%s/CURRENT", db);
+    struct stat before, after;
+    cr_assert_eq(stat(current, &before), 0);
+    struct meta_options mo = {.create_if_missing = true};
+    struct meta *m = NULL;
+    cr_assert_eq(meta_open(db, &mo, &m), -EPROTO);
+    cr_assert_null(m);
+    cr_assert_eq(stat(current, &after), 0);
+    cr_assert_eq(before.st_mtime, after.st_mtime);
+    cr_assert_eq(before.st_ino, after.st_ino); /* no new MANIFEST was made current */
+}
+
+Test(db, non_empty_directory_without_rocksdb_is_eproto)
+{
+    mkdir(db, 0755);
+    char p[256];
+    snprintf(p, sizeof(p), "%s/notes.txt", db);
+    FILE *f = fopen(p, "w");
+    fputs("mine", f);
+    fclose(f);
+    struct meta_options mo = {.create_if_missing = true};
+    struct meta *m = NULL;
+    cr_assert_eq(meta_open(db, &mo, &m), -EPROTO);
+}
+
+Test(db, cf_size_grows_with_data)
+{
+    struct meta *m = open_ok(true);
+    uint64_t s0 = meta_cf_size(m, META_CF_MAP);
+    struct meta_batch *b = meta_batch_new();
+    char k[16], v[64];
+    memset(v, 'x', sizeof(v));
+    for (int i = 0; i < 1000; i++) {
+        snprintf(k, sizeof(k), "%08d", i);
+        meta_batch_put(b, META_CF_MAP, k, 8, v, sizeof(v));
+    }
+    cr_assert_eq(meta_batch_commit(m, b, false), 0);
+    meta_batch_free(b);
+    cr_assert_gt(meta_cf_size(m, META_CF_MAP), s0);
+    cr_assert_str_eq(meta_cf_name(META_CF_HASH), "hash");
+    meta_close(m);
+}

@@ -1,0 +1,50 @@
+/* Shared by the store tests: a data directory per test and chunk contents by seed. */
+#ifndef DD_TEST_STORE_HELPERS_H
+#define DD_TEST_STORE_HELPERS_H
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fakes/tmpdir.h"
+#include "store/store.h"
+#include "util/hash.h"
+
+/* Deterministic bytes for (seed, len): different seeds give different chunks. */
+static inline void
+fill(void *buf, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+    uint8_t *p = buf;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (uint8_t) x;
+    }
+}
+
+/* Adds a chunk with content fill(seed) and its SHA-256; returns the id. */
+static inline uint64_t
+add(struct store_txn *tx, uint64_t seed, uint32_t len)
+{
+    uint8_t buf[65536], h[DEDUPD_HASH_MAX_LEN];
+    cr_assert_leq(len, sizeof(buf));
+    fill(buf, len, seed);
+    hash_compute(DEDUPD_HASH_SHA256, buf, len, h);
+    uint64_t id = 0;
+    cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_SHA256, h, 32, buf, len, &id), 0);
+    return id;
+}
+
+static inline void
+expect_bytes(struct store *st, uint64_t id, uint64_t seed, uint32_t len)
+{
+    uint8_t buf[65536], want[65536];
+    fill(want, len, seed);
+    cr_assert_eq(store_chunk_read(st, id, buf, sizeof(buf)), (ssize_t) len, "chunk %lu",
+                 (unsigned long) id);
+    cr_assert_eq(memcmp(buf, want, len), 0, "chunk %lu bytes differ", (unsigned long) id);
+}
+
+#endif

@@ -1,0 +1,242 @@
+/* Tests server/store/compact.c: space comes back after overwrites, live data survives
+ * being moved (also across a reopen and with readers running), the background thread
+ * compacts on its own. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "util/log.h"
+
+static char dir[64];
+
+static void
+setup(void)
+{
+    log_set_level(LOG_LEVEL_ERROR);
+    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
+}
+
+static void
+teardown(void)
+{
+    tmpdir_rm(dir);
+}
+
+TestSuite(compact, .init = setup, .fini = teardown);
+
+#define NBLK 300
+
+static struct store *
+open_small(bool background)
+{
+    struct store_options o = {.seg_bytes = 64 << 10, .background_compaction = background,
+                              .compact_bytes_per_sec = 64 << 20};
+    struct store *st = NULL;
+    cr_assert_eq(store_open(dir, &o, &st), 0);
+    return st;
+}
+
+/* Writes blocks [0, NBLK) where (blk % every == 0) with content seed base + blk. */
+static void
+write_blocks(struct store *st, uint64_t base, unsigned every)
+{
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    for (unsigned b = 0; b < NBLK; b += every) {
+        uint64_t id = add(tx, base + b, 4096);
+        cr_assert_eq(store_txn_map_set(tx, 1, b, id), 0);
+    }
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_sync(st), 0);
+}
+
+static void
+expect_blocks(struct store *st, const uint64_t *seed_of)
+{
+    for (unsigned b = 0; b < NBLK; b++) {
+        uint64_t id;
+        cr_assert_eq(store_map_get(st, 1, b, &id), 0);
+        expect_bytes(st, id, seed_of[b], 4096);
+    }
+}
+
+static void
+expect_clean(struct store *st)
+{
+    struct store_check_result cr;
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cr), 0);
+    cr_assert_eq(cr.problems, 0);
+}
+
+Test(compact, disk_bytes_go_down_after_a_full_overwrite)
+{
+    struct store *st = open_small(false);
+    uint64_t seed_of[NBLK];
+    write_blocks(st, 1000, 1);
+    write_blocks(st, 5000, 1); /* every old chunk is freed */
+    for (unsigned b = 0; b < NBLK; b++)
+        seed_of[b] = 5000 + b;
+    struct store_stats before, after;
+    cr_assert_eq(store_stats(st, &before), 0);
+    cr_assert_geq(before.dead_bytes, NBLK * 4160ull);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, false, NULL, NULL, &res), 0);
+    cr_assert_geq(res.segments_compacted, NBLK * 4160ull / (64 << 10) - 1);
+    cr_assert_eq(store_stats(st, &after), 0);
+    cr_log_info("disk bytes %lu -> %lu, dead %lu -> %lu", (unsigned long) before.disk_bytes,
+                (unsigned long) after.disk_bytes, (unsigned long) before.dead_bytes,
+                (unsigned long) after.dead_bytes);
+    cr_assert_lt(after.disk_bytes, before.disk_bytes - NBLK * 4096ull * 3 / 4);
+    cr_assert_lt(after.segments, before.segments);
+    cr_assert_eq(after.compactions, res.segments_compacted);
+    expect_blocks(st, seed_of);
+    expect_clean(st);
+    store_close(st);
+    st = open_small(false);
+    expect_blocks(st, seed_of);
+    expect_clean(st);
+    store_close(st);
+}
+
+Test(compact, live_records_are_moved_and_survive_reopen)
+{
+    struct store *st = open_small(false);
+    uint64_t seed_of[NBLK];
+    write_blocks(st, 1000, 1);
+    for (unsigned b = 0; b < NBLK; b++)
+        seed_of[b] = 1000 + b;
+    /* Overwrite 3 of every 4 blocks: old segments stay ~25% live. */
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    for (unsigned b = 0; b < NBLK; b++) {
+        if (b % 4 == 0)
+            continue;
+        seed_of[b] = 9000 + b;
+        cr_assert_eq(store_txn_map_set(tx, 1, b, add(tx, seed_of[b], 4096)), 0);
+    }
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info ci0;
+    uint64_t id0;
+    cr_assert_eq(store_map_get(st, 1, 0, &id0), 0);
+    cr_assert_eq(store_chunk_get(st, id0, &ci0), 0);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, false, NULL, NULL, &res), 0);
+    cr_assert_gt(res.segments_compacted, 0);
+    cr_assert_gt(res.bytes_moved, 0);
+    struct store_chunk_info ci1;
+    cr_assert_eq(store_chunk_get(st, id0, &ci1), 0);
+    cr_assert(ci1.seg != ci0.seg, "block 0's chunk was not moved");
+    cr_assert_eq(ci1.refs, 1);
+    expect_blocks(st, seed_of);
+    expect_clean(st);
+    store_close(st);
+    st = open_small(false);
+    expect_blocks(st, seed_of);
+    expect_clean(st);
+    struct store_scrub_result sr;
+    cr_assert_eq(store_scrub(st, NULL, NULL, NULL, &sr), 0);
+    cr_assert_eq(sr.crc_errors + sr.hash_errors + sr.io_errors, 0);
+    store_close(st);
+}
+
+Test(compact, threshold_spares_mostly_live_segments_unless_forced)
+{
+    struct store *st = open_small(false);
+    write_blocks(st, 1000, 1);
+    write_blocks(st, 7000, 8); /* 1 in 8 overwritten: old segments ~87% live */
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, false, NULL, NULL, &res), 0);
+    cr_assert_eq(res.segments_compacted, 0);
+    cr_assert_eq(store_compact(st, true, NULL, NULL, &res), 0);
+    cr_assert_gt(res.segments_compacted, 0);
+    struct store_stats s;
+    cr_assert_eq(store_stats(st, &s), 0);
+    expect_clean(st);
+    store_close(st);
+}
+
+struct reader {
+    struct store *st;
+    atomic_bool stop;
+    unsigned reads, errors;
+};
+
+static void *
+read_loop(void *arg)
+{
+    struct reader *r = arg;
+    uint8_t buf[4096];
+    while (!atomic_load(&r->stop)) {
+        for (unsigned b = 0; b < NBLK; b += 4) {
+            uint64_t id;
+            if (store_map_get(r->st, 1, b, &id) != 0 ||
+                store_chunk_read(r->st, id, buf, sizeof(buf)) != 4096)
+                r->errors++;
+            r->reads++;
+        }
+    }
+    return NULL;
+}
+
+Test(compact, reads_during_compaction_never_fail)
+{
+    struct store *st = open_small(false);
+    write_blocks(st, 1000, 1);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    for (unsigned b = 1; b < NBLK; b += 1)
+        if (b % 4)
+            cr_assert_eq(store_txn_map_set(tx, 1, b, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct reader r = {.st = st};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, read_loop, &r), 0);
+    usleep(20000);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, false, NULL, NULL, &res), 0);
+    usleep(20000);
+    atomic_store(&r.stop, true);
+    pthread_join(t, NULL);
+    cr_assert_gt(res.segments_compacted, 0);
+    cr_assert_gt(r.reads, 0);
+    cr_assert_eq(r.errors, 0);
+    store_close(st);
+}
+
+Test(compact, background_thread_compacts_on_its_own)
+{
+    struct store *st = open_small(true);
+    write_blocks(st, 1000, 1);
+    write_blocks(st, 5000, 1);
+    struct store_stats s = {0};
+    for (int i = 0; i < 150 && s.compactions == 0; i++) { /* up to 15 s */
+        usleep(100000);
+        cr_assert_eq(store_stats(st, &s), 0);
+    }
+    cr_assert_gt(s.compactions, 0);
+    store_close(st); /* stops the thread */
+}
+
+static int
+count_progress(void *arg, const struct store_progress *p)
+{
+    (void) p;
+    (*(int *) arg)++;
+    return 0;
+}
+
+Test(compact, progress_is_reported)
+{
+    struct store *st = open_small(false);
+    write_blocks(st, 1000, 1);
+    write_blocks(st, 2000, 2);
+    int calls = 0;
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, false, count_progress, &calls, &res), 0);
+    cr_assert_gt(res.bytes_moved, 0);
+    cr_assert_gt(calls, 0);
+    store_close(st);
+}

@@ -1,0 +1,365 @@
+/* Tests server/store: open/close, transactions, refcounts, reads, persistence. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "meta/keys.h"
+#include "meta/meta.h"
+#include "util/log.h"
+
+static char dir[64];
+static char data[256];
+
+static void
+setup(void)
+{
+    log_set_level(LOG_LEVEL_ERROR);
+    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
+    snprintf(data, sizeof(data), "%s/a/b/data", dir); /* parents do not exist yet */
+}
+
+static void
+teardown(void)
+{
+    tmpdir_rm(dir);
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+static struct store *
+open_store(uint64_t seg_bytes)
+{
+    struct store_options o = {.seg_bytes = seg_bytes, .block_cache_bytes = 8 << 20};
+    struct store *st = NULL;
+    cr_assert_eq(store_open(data, &o, &st), 0);
+    return st;
+}
+
+Test(store, open_creates_layout_and_locks)
+{
+    struct store *st = open_store(0);
+    char p[512];
+    struct stat sb;
+    snprintf(p, sizeof(p), "%s/segments", data);
+    cr_assert_eq(stat(p, &sb), 0);
+    snprintf(p, sizeof(p), "%s/db/CURRENT", data);
+    cr_assert_eq(stat(p, &sb), 0);
+    snprintf(p, sizeof(p), "%s/dedupd.lock", data);
+    cr_assert_eq(stat(p, &sb), 0);
+    struct store *second = NULL;
+    cr_assert_eq(store_open(data, NULL, &second), -EBUSY);
+    cr_assert_null(second);
+    store_close(st);
+    /* Released at close. */
+    cr_assert_eq(store_open(data, NULL, &second), 0);
+    store_close(second);
+}
+
+Test(store, write_map_read_back)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 2, 65536);
+    cr_assert_gt(b, a);
+    cr_assert_eq(store_txn_map_set(tx, 7, 0, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 7, 1, b), 0);
+    cr_assert_eq(store_txn_map_set(tx, 7, 5, a), 0);
+    struct store_chunk_info ci;
+    cr_assert_eq(store_txn_chunk_get(tx, a, &ci), 0);
+    cr_assert_eq(ci.refs, 2);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+
+    expect_bytes(st, a, 1, 4096);
+    expect_bytes(st, b, 2, 65536);
+    uint64_t id;
+    cr_assert_eq(store_map_get(st, 7, 5, &id), 0);
+    cr_assert_eq(id, a);
+    cr_assert_eq(store_map_get(st, 7, 2, &id), -ENOENT);
+    cr_assert_eq(store_map_get(st, 8, 0, &id), -ENOENT);
+    cr_assert_eq(store_chunk_get(st, a, &ci), 0);
+    cr_assert_eq(ci.refs, 2);
+    cr_assert_eq(ci.raw_len, 4096);
+    cr_assert_eq(ci.hash_alg, DEDUPD_HASH_SHA256);
+    uint64_t n;
+    cr_assert_eq(store_export_mapped(st, 7, &n), 0);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(store_export_mapped(st, 8, &n), 0);
+    cr_assert_eq(n, 0);
+    struct store_stats s;
+    cr_assert_eq(store_stats(st, &s), 0);
+    cr_assert_eq(s.chunks, 2);
+    cr_assert_eq(s.chunks_shared, 1);
+    cr_assert_eq(s.raw_bytes, 4096 + 65536);
+    cr_assert_geq(s.disk_bytes, 4096 + 65536 + 2 * 64);
+    uint8_t small[100];
+    cr_assert_eq(store_chunk_read(st, a, small, sizeof(small)), -EINVAL);
+    cr_assert_eq(store_chunk_read(st, 999, small, sizeof(small)), -ENOENT);
+    store_close(st);
+}
+
+struct scan {
+    uint64_t idx[8], id[8];
+    int n;
+};
+
+static int
+scan_cb(void *arg, uint64_t idx, uint64_t id)
+{
+    struct scan *s = arg;
+    s->idx[s->n] = idx;
+    s->id[s->n++] = id;
+    return s->n == 8 ? 1 : 0;
+}
+
+Test(store, map_scan_is_ordered_and_bounded)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096);
+    uint64_t idxs[] = {300, 2, 256, 9, 1000};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(store_txn_map_set(tx, 3, idxs[i], a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 4, 5, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 2, 5, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct scan s = {0};
+    cr_assert_eq(store_map_scan(st, 3, 2, 299, scan_cb, &s), 0); /* [2, 301) */
+    cr_assert_eq(s.n, 4);
+    cr_assert(s.idx[0] == 2 && s.idx[1] == 9 && s.idx[2] == 256 && s.idx[3] == 300);
+    cr_assert_eq(s.id[0], a);
+    memset(&s, 0, sizeof(s));
+    cr_assert_eq(store_map_scan(st, 3, 0, UINT64_MAX, scan_cb, &s), 0);
+    cr_assert_eq(s.n, 5);
+    store_close(st);
+}
+
+struct freed_log {
+    uint64_t ids[16];
+    int n;
+};
+
+static void
+on_freed(void *arg, const struct store_chunk_info *ci)
+{
+    struct freed_log *f = arg;
+    f->ids[f->n++] = ci->id;
+}
+
+Test(store, refcounts_free_at_zero_and_delete_own_hash_entry)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 2, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 2, b), 0);
+    /* The hash back-end adds its entries to the same batch. */
+    struct store_chunk_info ca, cb;
+    cr_assert_eq(store_txn_chunk_get(tx, a, &ca), 0);
+    cr_assert_eq(store_txn_chunk_get(tx, b, &cb), 0);
+    uint8_t hk[META_HASH_KEY_MAX], v[8];
+    size_t hl = meta_key_hash_encode(hk, ca.hash_alg, ca.hash, ca.hash_len);
+    meta_val_id_encode(v, a);
+    meta_batch_put(store_txn_batch(tx), META_CF_HASH, hk, hl, v, 8);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+
+    struct freed_log f = {0};
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, b), 0); /* a: 2 -> 1, b: 1 -> 2 */
+    cr_assert_eq(store_txn_commit(tx, on_freed, &f), 0);
+    cr_assert_eq(f.n, 0);
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, a, &ci), 0);
+    cr_assert_eq(ci.refs, 1);
+
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, 0), 0); /* a: 1 -> 0, freed */
+    cr_assert_eq(store_txn_commit(tx, on_freed, &f), 0);
+    cr_assert_eq(f.n, 1);
+    cr_assert_eq(f.ids[0], a);
+    cr_assert_eq(store_chunk_get(st, a, &ci), -ENOENT);
+    uint8_t buf[4096];
+    cr_assert_eq(store_chunk_read(st, a, buf, sizeof(buf)), -ENOENT);
+    cr_assert_eq(meta_get(store_meta(st), META_CF_HASH, hk, hl, v, 8), -ENOENT);
+    uint8_t rk[META_REV_KEY_LEN];
+    meta_key_rev_encode(rk, ca.seg, ca.off);
+    cr_assert_eq(meta_get(store_meta(st), META_CF_REV, rk, sizeof(rk), v, 8), -ENOENT);
+    meta_key_rev_encode(rk, cb.seg, cb.off);
+    cr_assert_eq(meta_get(store_meta(st), META_CF_REV, rk, sizeof(rk), v, 8), 8);
+    uint64_t n;
+    cr_assert_eq(store_export_mapped(st, 1, &n), 0);
+    cr_assert_eq(n, 2);
+    struct store_stats s;
+    cr_assert_eq(store_stats(st, &s), 0);
+    cr_assert_eq(s.chunks, 1);
+    cr_assert_eq(s.chunks_shared, 1);
+    cr_assert_eq(s.dead_bytes, 4096 + 64);
+    store_close(st);
+}
+
+Test(store, hash_entry_naming_another_chunk_is_kept)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 1, 4096); /* same bytes, dedup off */
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, b), 0);
+    struct store_chunk_info ca;
+    cr_assert_eq(store_txn_chunk_get(tx, a, &ca), 0);
+    uint8_t hk[META_HASH_KEY_MAX], v[8];
+    size_t hl = meta_key_hash_encode(hk, ca.hash_alg, ca.hash, ca.hash_len);
+    meta_val_id_encode(v, b);
+    meta_batch_put(store_txn_batch(tx), META_CF_HASH, hk, hl, v, 8);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, 0), 0); /* frees a */
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    uint64_t owner;
+    cr_assert_eq(meta_get(store_meta(st), META_CF_HASH, hk, hl, v, 8), 8);
+    meta_val_id_decode(v, 8, &owner);
+    cr_assert_eq(owner, b);
+    store_close(st);
+}
+
+Test(store, one_chunk_touched_many_times_in_one_txn)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 2, 4096);
+    for (uint64_t i = 0; i < 3000; i++) /* grows the overlay tables too */
+        cr_assert_eq(store_txn_map_set(tx, 1, i, a), 0);
+    for (uint64_t i = 0; i < 3000; i += 2)
+        cr_assert_eq(store_txn_map_set(tx, 1, i, b), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, 0), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, a), 0);
+    cr_assert_eq(store_txn_ref(tx, a, 5), 0);
+    cr_assert_eq(store_txn_ref(tx, a, -5), 0);
+    cr_assert_eq(store_txn_ref(tx, a, -1501), -EINVAL); /* would go below zero */
+    cr_assert_eq(store_txn_ref(tx, 12345, 1), -ENOENT);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, a, &ci), 0);
+    cr_assert_eq(ci.refs, 1500);
+    cr_assert_eq(store_chunk_get(st, b, &ci), 0);
+    cr_assert_eq(ci.refs, 1500);
+    uint64_t n;
+    cr_assert_eq(store_export_mapped(st, 1, &n), 0);
+    cr_assert_eq(n, 3000);
+    store_close(st);
+}
+
+Test(store, abort_leaves_nothing_and_unreferenced_new_chunk_is_dead)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    store_txn_abort(tx);
+    uint64_t id;
+    cr_assert_eq(store_map_get(st, 1, 0, &id), -ENOENT);
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, a, &ci), -ENOENT);
+
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t b = add(tx, 2, 4096);
+    cr_assert_gt(b, a); /* ids are never reused */
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0); /* b never referenced */
+    cr_assert_eq(store_chunk_get(st, b, &ci), -ENOENT);
+    struct store_stats s;
+    cr_assert_eq(store_stats(st, &s), 0);
+    cr_assert_eq(s.chunks, 0);
+    cr_assert_eq(s.dead_bytes, 4096 + 64);
+    store_close(st);
+}
+
+Test(store, everything_survives_reopen_across_sealed_segments)
+{
+    struct store *st = open_store(64 << 10); /* 15 records of 4 KiB per segment */
+    uint64_t ids[200];
+    for (int t = 0; t < 10; t++) {
+        struct store_txn *tx;
+        cr_assert_eq(store_txn_begin(st, &tx), 0);
+        for (int i = 0; i < 20; i++) {
+            int k = t * 20 + i;
+            ids[k] = add(tx, (uint64_t) k + 100, 4096);
+            cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) k, ids[k]), 0);
+        }
+        cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    }
+    cr_assert_eq(store_sync(st), 0);
+    struct store_stats s1, s2;
+    cr_assert_eq(store_stats(st, &s1), 0);
+    cr_assert_geq(s1.segments, 13);
+    store_close(st);
+
+    st = open_store(64 << 10);
+    for (int k = 0; k < 200; k++) {
+        uint64_t id;
+        cr_assert_eq(store_map_get(st, 1, (uint64_t) k, &id), 0);
+        cr_assert_eq(id, ids[k]);
+        expect_bytes(st, id, (uint64_t) k + 100, 4096);
+    }
+    cr_assert_eq(store_stats(st, &s2), 0);
+    cr_assert_eq(s2.chunks, 200);
+    cr_assert_eq(s2.raw_bytes, s1.raw_bytes);
+    cr_assert_eq(s2.disk_bytes, s1.disk_bytes);
+    uint64_t n;
+    cr_assert_eq(store_export_mapped(st, 1, &n), 0);
+    cr_assert_eq(n, 200);
+    /* New ids continue after the old ones. */
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_gt(add(tx, 5, 4096), ids[199]);
+    store_txn_abort(tx);
+    store_close(st);
+}
+
+Test(store, flipped_byte_reads_as_euclean)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, a, &ci), 0);
+    char p[512];
+    snprintf(p, sizeof(p), "%s/segments/seg-%08u.log", data, ci.seg);
+    int fd = open(p, O_RDWR);
+    cr_assert_geq(fd, 0);
+    uint8_t c;
+    off_t at = (off_t) ci.off + 64 + 1000;
+    cr_assert_eq(pread(fd, &c, 1, at), 1);
+    c ^= 0x10;
+    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+    uint8_t buf[4096];
+    cr_assert_eq(store_chunk_read(st, a, buf, sizeof(buf)), -EUCLEAN);
+    store_close(st);
+}
+
+Test(store, bad_arguments_are_einval)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    uint8_t buf[16] = {0};
+    uint64_t id;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, buf, 0, &id), -EINVAL);
+    cr_assert_eq(store_txn_add_chunk(tx, 1, NULL, 32, buf, 16, &id), -EINVAL);
+    cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, buf, 16, &id), 0); /* no hash: fine */
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, 777), -ENOENT);
+    store_txn_abort(tx);
+    store_close(st);
+}
