@@ -1,0 +1,93 @@
+/* Tests engine_submit: operations run on libuv's worker pool and complete on the loop
+ * thread exactly once; bad requests are refused without a callback. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "fixture.h"
+
+#define CS 4096
+
+struct ctx {
+    int done;
+    pthread_t loop_thread;
+    bool on_loop;
+};
+
+static void
+on_done(struct engine_req *req)
+{
+    struct ctx *c = req->user;
+    c->done++;
+    c->on_loop = pthread_equal(pthread_self(), c->loop_thread);
+}
+
+static int
+fn_double(void *arg)
+{
+    int *v = arg;
+    *v *= 2;
+    return 7;
+}
+
+static int
+run(uv_loop_t *loop, struct engine_req *req, struct ctx *c)
+{
+    c->done = 0;
+    req->done = on_done;
+    req->user = c;
+    cr_assert_eq(engine_submit(loop, req), 0);
+    cr_assert_eq(uv_run(loop, UV_RUN_DEFAULT), 0);
+    cr_assert_eq(c->done, 1);
+    cr_assert(c->on_loop);
+    return req->result;
+}
+
+Test(submit, operations_complete_once_on_the_loop_thread)
+{
+    struct fx f;
+    fx_open(&f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct ctx c = {.loop_thread = pthread_self()};
+    uint8_t data[2 * CS], got[2 * CS];
+    fx_fill(data, sizeof(data), 1);
+
+    struct engine_req w = {.op = ENGINE_OP_WRITE,
+                           .ex = f.ex,
+                           .off = CS,
+                           .len = sizeof(data),
+                           .buf = data,
+                           .flags = ENGINE_FUA};
+    cr_assert_eq(run(&loop, &w, &c), 0);
+    struct engine_req r = {
+        .op = ENGINE_OP_READ, .ex = f.ex, .off = CS, .len = sizeof(got), .buf = got};
+    cr_assert_eq(run(&loop, &r, &c), 0);
+    cr_assert(!memcmp(data, got, sizeof(got)));
+    struct engine_req fl = {.op = ENGINE_OP_FLUSH, .engine = f.e};
+    cr_assert_eq(run(&loop, &fl, &c), 0);
+    struct engine_extent ext[4];
+    struct engine_req x = {
+        .op = ENGINE_OP_EXTENTS, .ex = f.ex, .off = 0, .len = 4 * CS, .ext = ext, .ext_cap = 4};
+    cr_assert_eq(run(&loop, &x, &c), 3);
+    cr_assert_eq(ext[1].len, 2 * CS);
+    struct engine_req t = {.op = ENGINE_OP_TRIM, .ex = f.ex, .off = CS, .len = 2 * CS};
+    cr_assert_eq(run(&loop, &t, &c), 0);
+    struct engine_req z = {.op = ENGINE_OP_ZERO, .ex = f.ex, .off = 0, .len = FX_SIZE + 1};
+    cr_assert_eq(run(&loop, &z, &c), -EINVAL);
+    int v = 21;
+    struct engine_req fn = {.op = ENGINE_OP_FN, .fn = fn_double, .arg = &v};
+    cr_assert_eq(run(&loop, &fn, &c), 7);
+    cr_assert_eq(v, 42);
+
+    struct engine_req bad = {.op = ENGINE_OP_READ, .done = on_done, .user = &c};
+    c.done = 0;
+    cr_assert_eq(engine_submit(&loop, &bad), -EINVAL);
+    struct engine_req nodone = {.op = ENGINE_OP_FLUSH, .engine = f.e};
+    cr_assert_eq(engine_submit(&loop, &nodone), -EINVAL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_assert_eq(c.done, 0, "a refused request never calls done");
+    cr_assert_eq(uv_loop_close(&loop), 0);
+    fx_close(&f);
+}
