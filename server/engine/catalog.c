@@ -40,6 +40,8 @@ chunk_size_ok(uint64_t cs)
     return cs >= DEDUPD_CHUNK_MIN && cs <= DEDUPD_CHUNK_MAX && (cs & (cs - 1)) == 0;
 }
 
+static int sweep_orphans(struct engine *e);
+
 /* cat_mu held. Hidden exports (being created by clone, or deleted) are found only when
  * any is set: their names stay taken. */
 static struct engine_xstate *
@@ -275,7 +277,7 @@ engine__catalog_load(struct engine *e, const struct engine_options *opt)
     else if (e->exports)
         def = e->exports->rec.name;
     snprintf(e->default_name, sizeof(e->default_name), "%s", def);
-    return 0;
+    return sweep_orphans(e);
 }
 
 void
@@ -434,30 +436,89 @@ engine_export_delete(struct engine *e, const char *name)
     if (rc < 0)
         return rc;
 
-    uint64_t nchunks = (x->rec.size + x->rec.chunk_size - 1) / x->rec.chunk_size;
-    rc = engine__unmap_range(e, x, 0, nchunks);
-    if (rc == 0) {
-        uint8_t key[META_EXPORT_KEY_LEN];
-        meta_key_export_encode(key, x->id);
-        struct meta_batch *b = meta_batch_new();
-        rc = -ENOMEM;
-        if (b) {
-            meta_batch_delete(b, META_CF_EXPORT, key, sizeof(key));
-            rc = commit_sync(e, b);
-        }
+    /* The record goes first: from then on the export's map entries are orphans, which
+     * sweep_orphans() finishes freeing at the next open if we crash (or fail) half-way. */
+    uint8_t key[META_EXPORT_KEY_LEN];
+    meta_key_export_encode(key, x->id);
+    struct meta_batch *b = meta_batch_new();
+    rc = -ENOMEM;
+    if (b) {
+        meta_batch_delete(b, META_CF_EXPORT, key, sizeof(key));
+        uint8_t ckey[ENGINE_COUNTERS_KEY_MAX];
+        size_t ckl = engine__counters_key(ckey, x);
+        meta_batch_delete(b, META_CF_META, ckey, ckl);
+        rc = commit_sync(e, b);
     }
-    pthread_mutex_lock(&e->cat_mu);
     if (rc < 0) {
-        x->deleting = false; /* what was unmapped reads as zeros; a retry finishes it */
+        pthread_mutex_lock(&e->cat_mu);
+        x->deleting = false;
         pthread_mutex_unlock(&e->cat_mu);
         log_err("engine: export %s: delete failed: %s", x->rec.name, strerror(-rc));
         return rc;
     }
+    uint64_t nchunks = (x->rec.size + x->rec.chunk_size - 1) / x->rec.chunk_size;
+    int rc2 = engine__unmap_range(e, x, 0, nchunks);
+    if (rc2 < 0)
+        log_err("engine: export %s (id %u) deleted, but freeing its chunks failed (%s): the "
+                "next start finishes it",
+                x->rec.name, x->id, strerror(-rc2));
+    pthread_mutex_lock(&e->cat_mu);
     unlink_xstate(e, x);
     pthread_mutex_unlock(&e->cat_mu);
     log_info("engine: export %s (id %u) deleted", x->rec.name, x->id);
     xstate_free(x);
     return 0;
+}
+
+/* Frees the map entries of export ids missing from the catalogue: what a crash left of a
+ * delete (record gone first) or of a clone (record written last). One seek per distinct
+ * export id in the map, so cheap when there is nothing to do. Called at open, before any
+ * request. */
+static int
+sweep_orphans(struct engine *e)
+{
+    uint32_t id = 0;
+    int rc = 0;
+    for (;;) {
+        struct meta_iter *it = meta_iter_new(e->m, META_CF_MAP);
+        if (!it)
+            return -ENOMEM;
+        uint8_t seek[META_MAP_KEY_LEN];
+        meta_key_map_encode(seek, id, 0);
+        meta_iter_seek(it, seek, sizeof(seek));
+        bool found = false;
+        if (meta_iter_valid(it)) {
+            size_t kl;
+            const void *k = meta_iter_key(it, &kl);
+            uint64_t idx;
+            found = meta_key_map_decode(k, kl, &id, &idx) == 0;
+        }
+        rc = meta_iter_status(it);
+        meta_iter_free(it);
+        if (rc < 0 || !found)
+            break;
+        struct engine_xstate *x;
+        for (x = e->exports; x && x->id != id; x = x->next)
+            ;
+        if (!x) {
+            struct meta_export_rec rec = {.chunk_size = DEDUPD_CHUNK_MIN};
+            snprintf(rec.name, sizeof(rec.name), "(orphaned id %u)", id);
+            struct engine_xstate *o = xstate_new(id, &rec);
+            if (!o)
+                return -ENOMEM;
+            log_warn("engine: freeing the chunks of export id %u, gone from the catalogue "
+                     "(an interrupted delete or clone)",
+                     id);
+            rc = engine__unmap_range(e, o, 0, UINT64_MAX);
+            xstate_free(o);
+            if (rc < 0)
+                break;
+        }
+        if (id == UINT32_MAX)
+            break;
+        id++;
+    }
+    return rc;
 }
 
 /* ---- clone ---- */

@@ -36,7 +36,10 @@ engine_open(const struct engine_options *opt, struct engine **out)
         .compact_bytes_per_sec = opt->compact_bytes_per_sec,
         .background_compaction = opt->background_compaction,
     };
-    int rc = store_open(opt->data_dir, &so, &e->st);
+    int rc = engine__hashpool_start(&e->hp);
+    if (rc < 0)
+        goto fail;
+    rc = store_open(opt->data_dir, &so, &e->st);
     if (rc < 0)
         goto fail;
     e->m = store_meta(e->st);
@@ -46,9 +49,11 @@ engine_open(const struct engine_options *opt, struct engine **out)
     rc = engine__catalog_load(e, opt);
     if (rc < 0)
         goto fail;
+    engine__counters_load(e);
     *out = e;
     return 0;
 fail:
+    e->m = NULL; /* nothing to save: counters were never loaded */
     engine_close(e);
     return rc;
 }
@@ -58,9 +63,12 @@ engine_close(struct engine *e)
 {
     if (!e)
         return;
+    if (e->m && engine__counters_save(e) < 0)
+        log_warn("engine: counters not saved at close");
     engine__catalog_fini(e);
     engine__settings_fini(e);
     store_close(e->st);
+    engine__hashpool_stop(e->hp);
     pthread_rwlock_destroy(&e->settings_lock);
     pthread_mutex_destroy(&e->cat_mu);
     pthread_mutex_destroy(&e->set_mu);
@@ -77,7 +85,10 @@ int
 engine_flush(struct engine *e)
 {
     /* One store for every export: syncing it covers writes on all of them (invariant 4 is
-     * the store's: segments first, then the WAL). */
+     * the store's: segments first, then the WAL). The counters ride along. */
+    int rc = engine__counters_save(e);
+    if (rc < 0)
+        return rc;
     return store_sync(e->st);
 }
 

@@ -111,10 +111,15 @@ void engine_export_get_info(const struct engine_export *ex, struct engine_export
 /* ---- block I/O: worker threads only; may block ---- */
 
 #define ENGINE_FUA     (1u << 0) /* durable before return (invariant 4) */
-#define ENGINE_NO_HOLE (1u << 1) /* zero: keep allocation (we still store nothing) */
+#define ENGINE_NO_HOLE (1u << 1) /* zero: keep allocation — accepted and ignored: a zero
+                                    chunk is never stored either way */
 
 /* Range errors: -EINVAL past the end of the export. -EROFS on a read-only export.
- * -EUCLEAN when a chunk's bytes are corrupt on disk, -EIO, -ENOSPC. */
+ * -EUCLEAN when a chunk's bytes are corrupt on disk, -EIO, -ENOSPC.
+ * Byte granularity; requests on overlapping chunks of one export run one at a time in
+ * arrival order, others in parallel. A write of up to DEDUPD_NBD_MAX_PAYLOAD bytes is one
+ * store transaction (all or nothing); TRIM/ZERO of a large range may take several. Reads
+ * of never-written or trimmed ranges return zeros. */
 int engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf);
 int engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *buf,
                  unsigned flags);
@@ -123,8 +128,10 @@ int engine_zero(struct engine_export *ex, uint64_t off, uint64_t len, unsigned f
 /* Makes every write completed before the call durable, on every export (multi-conn safe). */
 int engine_flush(struct engine *e);
 
-/* Describes [off, off+len) as runs, in order, covering it exactly unless cap runs out
- * (then the last run ends early). Flags per run: */
+/* Describes [off, off+len) as runs, in order, covering it exactly unless cap runs out or
+ * the range holds more mapped chunks than one call examines (16384): then the runs cover
+ * only a prefix and the caller asks again from its end (NBD allows a short reply). Flags
+ * per run: */
 #define ENGINE_EXT_HOLE   (1u << 0) /* unmapped: reads as zeros, nothing stored */
 #define ENGINE_EXT_ZERO   (1u << 1) /* reads as zeros */
 #define ENGINE_EXT_SHARED (1u << 2) /* mapped chunk(s) with refs > 1 */
@@ -176,16 +183,20 @@ int engine_submit(uv_loop_t *loop, struct engine_req *req);
 /* ---- counters ---- */
 
 struct engine_stats {
-    uint64_t logical_bytes;  /* bytes of mapped (non-zero) chunks, as seen by clients */
-    uint64_t zero_bytes;     /* bytes written as zeros (not stored) */
-    uint64_t unique_bytes;   /* raw bytes of live chunks (total only; per export: owned) */
-    uint64_t disk_bytes;     /* segment files (total only) */
-    uint64_t dedup_hits, dedup_misses;
-    uint64_t verify_compares, verify_mismatches;
-    uint64_t rmw_count;
-    uint64_t bytes_written, bytes_read;
+    uint64_t logical_bytes;  /* mapped chunks x chunk size: non-zero data as clients see it */
+    uint64_t zero_bytes;     /* bytes written (WRITE, WRITE_ZEROES) that ended in all-zero,
+                                hence unmapped, chunks: never stored */
+    uint64_t unique_bytes;   /* total: raw bytes of live chunks; per export: of the chunks
+                                only this export holds */
+    uint64_t disk_bytes;     /* segment files (total only; 0 per export) */
+    uint64_t dedup_hits, dedup_misses;          /* per chunk, while dedup was on */
+    uint64_t verify_compares, verify_mismatches; /* byte comparisons; collisions caught */
+    uint64_t rmw_count;                         /* partial chunks read-modified-written */
+    uint64_t bytes_written, bytes_read;         /* client bytes of WRITE and READ */
 };
-/* export NULL = totals. -ENOENT for an unknown export. */
+/* export NULL = totals. -ENOENT for an unknown export. The cumulative counters survive a
+ * restart up to the last FLUSH (saved in meta). A per-export call scans that export's map
+ * (for unique_bytes): a control-path call, not a hot one. Dedup ratio = logical / unique. */
 int engine_stats(struct engine *e, const char *export_name, struct engine_stats *out);
 
 /* ---- testing ---- */

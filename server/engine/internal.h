@@ -103,8 +103,18 @@ struct engine {
     char default_name[DEDUPD_EXPORT_NAME_MAX + 1];
 
     struct engine_counters total;
-    engine_hash_fn hash_fn; /* hash_compute, or a test's override */
+    engine_hash_fn hash_fn;     /* hash_compute, or a test's override */
+    struct engine_hashpool *hp; /* helper threads for hashing large requests */
+    _Atomic uint32_t hashing;   /* write requests in their hashing step now */
 };
+
+/* hashpool.c: fn(arg, i) for every i in [0, n) on this thread and the pool's helpers;
+ * returns when all ran. hp NULL (one core) runs them inline. */
+struct engine_hashpool;
+int engine__hashpool_start(struct engine_hashpool **out);
+void engine__hashpool_stop(struct engine_hashpool *hp);
+void engine__hashpool_run(struct engine_hashpool *hp, uint32_t n, void (*fn)(void *arg, uint32_t i),
+                          void *arg);
 
 /* settings.c */
 int engine__settings_load(struct engine *e);
@@ -131,6 +141,15 @@ engine__range_ok(const struct engine_xstate *xs, uint64_t off, uint64_t len)
 /* zero.c: unmaps every mapped chunk in [first, first+count) in transactions of bounded
  * size; the caller holds the range lock (or the export is unreachable). */
 int engine__unmap_range(struct engine *e, struct engine_xstate *xs, uint64_t first, uint64_t count);
+
+/* stats.c: cumulative counters saved under ENGINE_COUNTERS_KEY (totals) and
+ * ENGINE_COUNTERS_KEY "." + export id (4 bytes, big-endian) in the `meta` CF. */
+#define ENGINE_COUNTERS_KEY     "engine.counters"
+#define ENGINE_COUNTERS_KEY_MAX (sizeof(ENGINE_COUNTERS_KEY) - 1 + 5)
+size_t engine__counters_key(uint8_t out[ENGINE_COUNTERS_KEY_MAX], const struct engine_xstate *xs);
+void engine__counters_load(struct engine *e);
+/* Writes them (not synced: the caller's store_sync makes them durable). 0 or -errno. */
+int engine__counters_save(struct engine *e);
 
 /* The store's freed callback: drops index entries of freed chunks. arg: struct
  * engine_freed_ctx. The caller holds settings_lock (read). */

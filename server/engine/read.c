@@ -110,8 +110,14 @@ engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
 
 /* ---- extents ---- */
 
+/* Mapped chunks one extents call examines at most (each costs a chunk record read for its
+ * refcount): bounds a BLOCK_STATUS over a large written range to a few tens of ms; the
+ * runs then cover a prefix, which NBD allows and clients continue from. */
+#define EXTENTS_MAX_MAPPED 16384
+
 struct ext_builder {
     struct engine *e;
+    uint64_t examined; /* mapped chunks looked at */
     uint64_t off, end; /* the byte range described */
     uint32_t cs;
     uint64_t cursor; /* next chunk index to describe */
@@ -151,6 +157,10 @@ ext_mapped(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
     struct ext_builder *b = arg;
     if (chunk_idx > b->cursor)
         emit(b, b->cursor, chunk_idx, ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
+    if (++b->examined > EXTENTS_MAX_MAPPED) {
+        b->full = true; /* described up to chunk_idx: enough for one call */
+        return 1;
+    }
     struct store_chunk_info info;
     int rc = store_chunk_get(b->e->st, chunk_id, &info);
     if (rc < 0) {

@@ -1,13 +1,108 @@
-/* stats.c: the counters of engine_stats — cumulative ones kept by the I/O paths since
- * open (hits, misses, verify, RMW, zero bytes, bytes read/written; in memory, not
- * persisted), and state ones computed from the store when asked (logical bytes from the
- * per-export mapped chunk counts, unique and disk bytes from the store's accounting).
+/* stats.c: the counters of engine_stats — cumulative ones kept by the I/O paths (hits,
+ * misses, verify, RMW, zero bytes, bytes read/written; atomics in memory, saved in the
+ * `meta` column family at every FLUSH and at close, loaded at open: a crash loses only the
+ * counts since the last flush), and state ones computed from the store when asked
+ * (logical bytes from the per-export mapped chunk counts, unique and disk bytes from the
+ * store's accounting).
  * Knows nothing of how they are shown. */
 #include <errno.h>
 #include <string.h>
 
 #include "engine/internal.h"
+#include "meta/meta.h"
 #include "store/store.h"
+#include "util/log.h"
+
+#define COUNTERS_VERSION 1
+#define N_COUNTERS       (sizeof(struct engine_counters) / sizeof(_Atomic uint64_t))
+#define COUNTERS_VAL_LEN (1 + 8 * N_COUNTERS)
+_Static_assert(sizeof(struct engine_counters) == 8 * sizeof(_Atomic uint64_t),
+               "engine_counters is a plain array of 64-bit counters");
+
+/* The counters as an array, in declaration order (the on-disk order). */
+static _Atomic uint64_t *
+counter_at(struct engine_counters *c, size_t i)
+{
+    return (_Atomic uint64_t *) c + i;
+}
+
+size_t
+engine__counters_key(uint8_t out[ENGINE_COUNTERS_KEY_MAX], const struct engine_xstate *xs)
+{
+    size_t n = sizeof(ENGINE_COUNTERS_KEY) - 1;
+    memcpy(out, ENGINE_COUNTERS_KEY, n);
+    if (!xs)
+        return n; /* the totals */
+    out[n] = '.';
+    out[n + 1] = (uint8_t) (xs->id >> 24);
+    out[n + 2] = (uint8_t) (xs->id >> 16);
+    out[n + 3] = (uint8_t) (xs->id >> 8);
+    out[n + 4] = (uint8_t) xs->id;
+    return n + 5;
+}
+
+static void
+put_counters(struct meta_batch *b, const struct engine_xstate *xs, struct engine_counters *c)
+{
+    uint8_t key[ENGINE_COUNTERS_KEY_MAX], val[COUNTERS_VAL_LEN];
+    size_t kl = engine__counters_key(key, xs);
+    val[0] = COUNTERS_VERSION;
+    for (size_t i = 0; i < N_COUNTERS; i++) {
+        uint64_t v = atomic_load_explicit(counter_at(c, i), memory_order_relaxed);
+        for (int k = 0; k < 8; k++)
+            val[1 + 8 * i + (size_t) k] = (uint8_t) (v >> (56 - 8 * k));
+    }
+    meta_batch_put(b, META_CF_META, key, kl, val, sizeof(val));
+}
+
+static void
+get_counters(struct engine *e, const struct engine_xstate *xs, struct engine_counters *c)
+{
+    uint8_t key[ENGINE_COUNTERS_KEY_MAX], val[COUNTERS_VAL_LEN];
+    size_t kl = engine__counters_key(key, xs);
+    ssize_t n = meta_get(e->m, META_CF_META, key, kl, val, sizeof(val));
+    if (n == -ENOENT)
+        return;
+    if (n != (ssize_t) sizeof(val) || val[0] != COUNTERS_VERSION) {
+        /* Counters are statistics, not data: start them again rather than refuse to open. */
+        log_warn("engine: saved counters of %s unreadable; starting from zero",
+                 xs ? xs->rec.name : "the total");
+        return;
+    }
+    for (size_t i = 0; i < N_COUNTERS; i++) {
+        uint64_t v = 0;
+        for (int k = 0; k < 8; k++)
+            v = v << 8 | val[1 + 8 * i + (size_t) k];
+        atomic_store(counter_at(c, i), v);
+    }
+}
+
+void
+engine__counters_load(struct engine *e)
+{
+    get_counters(e, NULL, &e->total);
+    pthread_mutex_lock(&e->cat_mu);
+    for (struct engine_xstate *x = e->exports; x; x = x->next)
+        get_counters(e, x, &x->c);
+    pthread_mutex_unlock(&e->cat_mu);
+}
+
+int
+engine__counters_save(struct engine *e)
+{
+    struct meta_batch *b = meta_batch_new();
+    if (!b)
+        return -ENOMEM;
+    put_counters(b, NULL, &e->total);
+    pthread_mutex_lock(&e->cat_mu);
+    for (struct engine_xstate *x = e->exports; x; x = x->next)
+        if (!x->deleting)
+            put_counters(b, x, &x->c);
+    pthread_mutex_unlock(&e->cat_mu);
+    int rc = meta_batch_commit(e->m, b, false); /* made durable by the store_sync after */
+    meta_batch_free(b);
+    return rc;
+}
 
 static void
 load_counters(const struct engine_counters *c, struct engine_stats *out)

@@ -4,8 +4,9 @@
  *      when unmapped) and overlaid: read-modify-write, which still deduplicates;
  *   2. zero detection first (cheap, and half of a typical image): a zero chunk is unmapped,
  *      never stored;
- *   3. hash every other chunk, and find duplicates within the request, all BEFORE the
- *      transaction, which holds the store's commit lock;
+ *   3. hash every other chunk (a large request's on several cores: hashpool.c), and find
+ *      duplicates within the request, all BEFORE the transaction, which holds the store's
+ *      commit lock;
  *   4. in the transaction, per chunk: duplicate of an earlier chunk of the request, else
  *      index look-up; a hit is shared after (verify:) a byte comparison, a miss is appended
  *      as a new chunk and its hash staged for the index; then map_set;
@@ -54,6 +55,7 @@ struct wreq {
     uint32_t dup_mask;
     uint8_t *verify_buf; /* cs bytes when p.verify */
     struct index_batch ib;
+    _Atomic int hash_err; /* from any hashing thread */
     /* counted after a successful commit */
     uint64_t hits, misses, compares, mismatches, zero_bytes;
 };
@@ -93,6 +95,24 @@ read_current(struct engine *e, struct engine_xstate *xs, uint64_t idx, uint8_t *
         return -EIO;
     }
     return 0;
+}
+
+/* Below this, waking a helper thread costs more than it saves. */
+#ifndef HASH_PARALLEL_MIN_BYTES
+#define HASH_PARALLEL_MIN_BYTES (64u << 10)
+#endif
+
+/* Step 3a for chunk i (any hashing thread). */
+static void
+hash_one(void *arg, uint32_t i)
+{
+    struct wreq *w = arg;
+    struct wchunk *c = &w->c[i];
+    if (c->zero)
+        return;
+    int rc = w->e->hash_fn(w->p.alg, c->data, w->cs, c->hash);
+    if (rc < 0)
+        atomic_store(&w->hash_err, rc);
 }
 
 /* Chunks of the request not covered whole (0, 1 or 2): each needs an RMW buffer. */
@@ -336,15 +356,18 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
             w.zero_bytes += c->client_bytes;
     }
 
-    /* Step 3: hash outside the commit lock. */
+    /* Step 3: hash outside the commit lock, on several cores for a large request. */
     if (w.p.alg != DEDUPD_HASH_NONE) {
-        for (uint32_t i = 0; i < n; i++) {
-            if (w.c[i].zero)
-                continue;
-            rc = e->hash_fn(w.p.alg, w.c[i].data, cs, w.c[i].hash);
-            if (rc < 0)
-                goto out;
-        }
+        atomic_init(&w.hash_err, 0);
+        /* Only when no other request is hashing: with several in flight the cores are
+         * already busy, and splitting one request would only add hand-over costs. */
+        bool alone = atomic_fetch_add(&e->hashing, 1) == 0;
+        bool wide = alone && n > 1 && (uint64_t) n * cs >= HASH_PARALLEL_MIN_BYTES;
+        engine__hashpool_run(wide ? e->hp : NULL, n, hash_one, &w);
+        atomic_fetch_sub(&e->hashing, 1);
+        rc = atomic_load(&w.hash_err);
+        if (rc < 0)
+            goto out;
         find_request_dups(&w);
     }
 

@@ -51,6 +51,13 @@ fx_reopen(struct fx *f)
     open_engine(f);
 }
 
+static void
+print_finding(void *arg, const char *finding)
+{
+    (void) arg;
+    cr_log_error("store check: %s", finding);
+}
+
 static int
 cmp_u64(const void *a, const void *b)
 {
@@ -117,6 +124,17 @@ fx_check(struct fx *f)
                   "hash entry for chunk %llu does not match its hash", (unsigned long long) id);
     }
     meta_iter_free(it);
+
+    /* And the store's own proof of invariants 1-3. */
+    struct store_check_result r;
+    cr_assert_eq(store_check(engine_store(f->e), false, NULL, print_finding, NULL, &r), 0);
+    cr_assert_eq(r.problems, 0, "store check found %llu problems", (unsigned long long) r.problems);
+}
+
+void
+fx_remove_dir(struct fx *f)
+{
+    nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 void
@@ -125,7 +143,7 @@ fx_close(struct fx *f)
     fx_check(f);
     engine_export_close(f->ex);
     engine_close(f->e);
-    nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fx_remove_dir(f);
 }
 
 void

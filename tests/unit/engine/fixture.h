@@ -21,15 +21,17 @@ void fx_open(struct fx *f);
 void fx_reopen(struct fx *f);
 /* Runs fx_check, closes everything, removes the directory. */
 void fx_close(struct fx *f);
+/* Only removes the directory (for tests that closed or never opened the engine). */
+void fx_remove_dir(struct fx *f);
 
 /* Deterministic, non-zero bytes for seed. */
 void fx_fill(void *buf, size_t n, uint32_t seed);
 /* Live chunks in the store. */
 uint64_t fx_chunks(struct fx *f);
 /* Asserts invariants 1 and 2 over the metadata (refcounts = map entries; hash entries
- * name live chunks with that hash). */
+ * name live chunks with that hash), then that store_check finds no problem. */
 void fx_check(struct fx *f);
-/* Sets one dedup setting field via a callback on a copy of the current config. */
+/* Switches the hash-index back-end, keeping the other settings. */
 void fx_set_backend(struct fx *f, const char *backend);
 
 #endif

@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "fixture.h"
+#include "meta/keys.h"
+#include "meta/meta.h"
+#include "store/store.h"
 #include "util/hash.h"
 
 #define CS 4096
@@ -313,6 +316,13 @@ Test(dedup, counters_are_exact_after_a_scripted_sequence)
     cr_assert_gt(t.disk_bytes, 2 * CS);
     cr_assert_eq(fx_chunks(&f), 2);
     cr_assert_eq(engine_stats(f.e, "nope", &s), -ENOENT);
+    /* Saved at close (and at every flush), loaded at open. */
+    s = stats_of(&f, "disk");
+    fx_reopen(&f);
+    struct engine_stats r = stats_of(&f, "disk"), rt = stats_of(&f, NULL);
+    cr_assert(!memcmp(&r, &s, sizeof(r)), "per-export counters survive a restart");
+    cr_assert_eq(rt.dedup_hits, t.dedup_hits);
+    cr_assert_eq(rt.bytes_written, t.bytes_written);
     fx_close(&f);
 }
 
@@ -370,5 +380,50 @@ Test(dedup, delete_frees_all_references)
     cr_assert_eq(engine_read(ex, 0, CS, buf), 0);
     cr_assert(!memcmp(buf, zero, CS));
     engine_export_close(ex);
+    fx_close(&f);
+}
+
+Test(dedup, switching_back_to_rocksdb_finds_its_entries_again)
+{
+    struct fx f;
+    fx_open(&f);
+    write_seed(f.ex, 0, 1);       /* indexed in `hash` */
+    fx_set_backend(&f, "memory"); /* an empty table */
+    write_seed(f.ex, CS, 1);      /* not found: stored again, indexed in memory only */
+    cr_assert_eq(fx_chunks(&f), 2);
+    fx_set_backend(&f, "rocksdb");
+    write_seed(f.ex, 2 * CS, 1); /* the first chunk's entry is still there */
+    cr_assert_eq(fx_chunks(&f), 2);
+    struct engine_stats s = stats_of(&f, NULL);
+    cr_assert_eq(s.dedup_hits, 1);
+    cr_assert_eq(s.dedup_misses, 2);
+    fx_close(&f);
+}
+
+Test(dedup, map_entries_of_a_vanished_export_are_freed_at_open)
+{
+    struct fx f;
+    fx_open(&f);
+    struct engine_export *ex;
+    struct engine_export_info info;
+    cr_assert_eq(engine_export_create(f.e, "gone", 1 << 20, 0, 0, &info), 0);
+    cr_assert_eq(engine_export_open(f.e, "gone", &ex), 0);
+    write_seed(ex, 0, 1);
+    write_seed(ex, CS, 2);
+    write_seed(f.ex, 0, 1);
+    engine_export_close(ex);
+    cr_assert_eq(fx_chunks(&f), 2);
+    /* What a crash between a delete's record removal and its unmapping leaves. */
+    struct meta *m = store_meta(engine_store(f.e));
+    uint8_t key[META_EXPORT_KEY_LEN];
+    meta_key_export_encode(key, info.id);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_delete(b, META_CF_EXPORT, key, sizeof(key));
+    cr_assert_eq(meta_batch_commit(m, b, true), 0);
+    meta_batch_free(b);
+    fx_reopen(&f);
+    cr_assert_eq(engine_export_lookup(f.e, "gone", &info), -ENOENT);
+    cr_assert_eq(fx_chunks(&f), 1, "the orphaned references were dropped");
+    assert_chunk(f.ex, 0, 1);
     fx_close(&f);
 }

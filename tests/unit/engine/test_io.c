@@ -295,3 +295,61 @@ Test(io, writes_longer_than_one_transaction_are_split)
     free(got);
     fx_close(&f);
 }
+
+Test(io, extents_over_a_large_mapped_range_describe_a_prefix)
+{
+    struct fx f;
+    fx_open(&f);
+    struct engine_export *ex;
+    cr_assert_eq(engine_export_create(f.e, "wide", 1ULL << 30, 0, 0, NULL), 0);
+    cr_assert_eq(engine_export_open(f.e, "wide", &ex), 0);
+    /* 16385 map entries sharing one chunk: cheap to write, as costly to describe as any. */
+    const uint32_t n = 16385, per = 4096;
+    uint8_t *buf = malloc((size_t) per * CS);
+    fx_fill(buf, CS, 14);
+    for (uint32_t i = 1; i < per; i++)
+        memcpy(buf + (size_t) i * CS, buf, CS);
+    for (uint32_t done = 0; done < n; done += per) {
+        uint32_t k = n - done < per ? n - done : per;
+        cr_assert_eq(engine_write(ex, (uint64_t) done * CS, k * CS, buf, 0), 0);
+    }
+    free(buf);
+    cr_assert_eq(fx_chunks(&f), 1);
+    struct engine_extent ext[4];
+    int r = engine_extents(ex, 0, 2ULL * n * CS, ext, 4);
+    cr_assert_eq(r, 1);
+    cr_assert_eq(ext[0].flags, ENGINE_EXT_SHARED);
+    cr_assert_eq(ext[0].len, 16384ULL * CS, "one call examines at most 16384 mapped chunks");
+    /* Asking again from there finishes the job. */
+    r = engine_extents(ex, 16384ULL * CS, 2ULL * n * CS - 16384ULL * CS, ext, 4);
+    cr_assert_eq(r, 2);
+    cr_assert_eq(ext[0].len, CS);
+    cr_assert_eq(ext[1].flags, ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
+    cr_assert_eq(ext[1].len, (uint64_t) n * CS);
+    engine_export_close(ex);
+    fx_close(&f);
+}
+
+Test(io, an_export_size_that_is_not_a_chunk_multiple_works_to_the_last_byte)
+{
+    struct fx f;
+    fx_open(&f);
+    struct engine_export *ex;
+    const uint64_t size = 2 * CS + 1000;
+    cr_assert_eq(engine_export_create(f.e, "odd", size, 0, 0, NULL), 0);
+    cr_assert_eq(engine_export_open(f.e, "odd", &ex), 0);
+    uint8_t data[CS + 1000], got[CS + 1000];
+    fx_fill(data, sizeof(data), 15);
+    cr_assert_eq(engine_write(ex, CS, sizeof(data), data, 0), 0);
+    cr_assert_eq(engine_write(ex, CS, sizeof(data) + 1, data, 0), -EINVAL);
+    cr_assert_eq(engine_read(ex, CS, sizeof(got), got), 0);
+    cr_assert(!memcmp(data, got, sizeof(got)));
+    struct engine_extent ext[4];
+    cr_assert_eq(engine_extents(ex, 0, size, ext, 4), 2);
+    cr_assert_eq(ext[0].len, CS);
+    cr_assert_eq(ext[1].len, CS + 1000, "runs stop at the export's end");
+    cr_assert_eq(engine_zero(ex, 0, size, 0), 0);
+    cr_assert_eq(fx_chunks(&f), 0);
+    engine_export_close(ex);
+    fx_close(&f);
+}

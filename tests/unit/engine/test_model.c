@@ -1,9 +1,11 @@
 /* A randomized model test: thousands of seeded random writes, trims, zeroes and reads on
  * two exports (4 KiB and 16 KiB chunks) against shadow copies in memory, with a few
- * duplicate-rich patterns so chunks are shared within and across exports, a live back-end
- * switch and a restart on the way; every read is checked, and at the end the store's
+ * duplicate-rich patterns so chunks are shared within and across exports, random live
+ * settings switches (back-end, hash, verify, enable, limits, per-export dedup) and a
+ * restart on the way; every read is checked, and at the end the store's
  * check proves refcounts and index entries. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +93,21 @@ one_op(struct target *t, int op)
     }
 }
 
+/* Any combination the engine accepts, switched live between requests. */
+static void
+random_settings(struct fx *f)
+{
+    struct engine_dedup_config c;
+    engine_dedup_get(f->e, &c);
+    snprintf(c.backend, sizeof(c.backend), "%s", rnd(2) ? "memory" : "rocksdb");
+    c.enabled = rnd(4) != 0;
+    c.hash_alg = rnd(3) ? DEDUPD_HASH_SHA256 : DEDUPD_HASH_XXH3_128;
+    c.verify = rnd(2);
+    c.limit_nr = rnd(2) ? 0 : 1 + rnd(64); /* a tiny table evicts all the time */
+    cr_assert_eq(engine_dedup_set(f->e, &c), 0);
+    cr_assert_eq(engine_export_set_dedup(f->e, rnd(2) ? "disk" : "big", rnd(3) != 0), 0);
+}
+
 static void
 open_targets(struct fx *f, struct target t[2])
 {
@@ -113,8 +130,8 @@ model_run(uint64_t seed)
     open_targets(&f, t);
     for (int op = 0; op < OPS; op++) {
         one_op(&t[rnd(2)], op);
-        if (op == OPS / 3)
-            fx_set_backend(&f, "memory");
+        if (op % 400 == 399)
+            random_settings(&f);
         if (op == 2 * OPS / 3) {
             engine_export_close(t[1].ex);
             fx_reopen(&f);

@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fixture.h"
+#include "meta/meta.h"
 
 #define CS 4096
 
@@ -150,4 +152,50 @@ Test(settings, live_switches_under_concurrent_writers_keep_data_intact)
         cr_assert_eq(w[i].rc, 0, "writer %d: %d", i, w[i].rc);
     }
     fx_close(&f); /* the store check proves refcounts and hash entries */
+}
+
+Test(settings, export_ids_are_never_reused_even_across_restarts)
+{
+    struct fx f;
+    fx_open(&f);
+    struct engine_export_info a, b;
+    cr_assert_eq(engine_export_create(f.e, "a", 1 << 20, 0, 0, &a), 0);
+    cr_assert_eq(engine_export_delete(f.e, "a"), 0);
+    fx_reopen(&f);
+    cr_assert_eq(engine_export_create(f.e, "b", 1 << 20, 0, 0, &b), 0);
+    cr_assert_gt(b.id, a.id);
+    fx_close(&f);
+}
+
+Test(settings, unreadable_persisted_settings_refuse_to_open)
+{
+    struct fx f;
+    fx_open(&f);
+    engine_export_close(f.ex);
+    f.ex = NULL;
+    engine_close(f.e);
+    f.e = NULL;
+    char db[96];
+    snprintf(db, sizeof(db), "%s/db", f.dir);
+    struct meta *m;
+    struct meta_options mo = {0};
+    cr_assert_eq(meta_open(db, &mo, &m), 0);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_META, "engine.dedup", 12, "\x01garbage", 8);
+    cr_assert_eq(meta_batch_commit(m, b, true), 0);
+    meta_batch_free(b);
+    meta_close(m);
+    struct engine_options o = {.data_dir = f.dir};
+    struct engine *e = NULL;
+    cr_assert_eq(engine_open(&o, &e), -EBADMSG);
+    cr_assert_null(e);
+    /* A newer format is refused as such. */
+    cr_assert_eq(meta_open(db, &mo, &m), 0);
+    b = meta_batch_new();
+    meta_batch_put(b, META_CF_META, "engine.dedup", 12, "\x09", 1);
+    cr_assert_eq(meta_batch_commit(m, b, true), 0);
+    meta_batch_free(b);
+    meta_close(m);
+    cr_assert_eq(engine_open(&o, &e), -EPROTO);
+    fx_remove_dir(&f);
 }
