@@ -17,6 +17,8 @@ struct nbd_limits {
     uint32_t max_connections;      /* 0 = 256 */
     uint32_t max_inflight;         /* requests in flight per connection; 0 = 64 */
     uint64_t max_inflight_bytes;   /* payload bytes in flight per connection; 0 = 128 MiB */
+    uint32_t handshake_timeout_ms; /* a client still negotiating after this is dropped;
+                                      0 = 30 s */
 };
 
 /* Starts listening on each address ("HOST:PORT", "[V6]:PORT" or "unix:PATH").

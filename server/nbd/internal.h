@@ -1,0 +1,202 @@
+/* nbd/internal.h: what the files of server/nbd/ share — the server, connection and request
+ * structs and the functions one file calls in another (double underscore). Not for other
+ * modules; tests and the fuzz target include it to adopt a socketpair end as a connection.
+ * Threads: everything here is loop thread only. */
+#ifndef DD_NBD_INTERNAL_H
+#define DD_NBD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "engine/engine.h"
+#include "nbd/nbd.h"
+#include "nbd/wire.h"
+
+struct nbd_conn;
+
+struct nbd_listener {
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    struct nbd_server *srv;
+    char *addr;      /* as configured, for logs */
+    char *unix_path; /* unlinked at stop; NULL for TCP */
+    struct nbd_listener *next;
+};
+
+struct nbd_server {
+    uv_loop_t *loop;
+    struct engine *engine;
+    struct nbd_limits limits; /* defaults filled in */
+    struct nbd_listener *listeners;
+    struct nbd_conn *conns; /* doubly linked through conn->prev/next */
+    uint32_t n_conns;
+    uint64_t next_conn_id;
+    uint64_t refused;              /* connections closed at accept because of max_connections */
+    uint64_t refused_logged_at_ms; /* refusals are logged at most once a second */
+    uint64_t refused_unlogged;
+    bool stopping;
+    unsigned open_listeners; /* listener handles not yet closed */
+    unsigned pending_closes; /* connection handles not yet closed (refused ones too) */
+    void (*stop_done)(void *arg);
+    void *stop_arg;
+};
+
+/* Connection phases. Transitions:
+ *   CLIENT_FLAGS -> OPT_HDR -> (OPT_DATA | OPT_SKIP) -> OPT_HDR ... -> REQ_HDR (GO or
+ *   EXPORT_NAME) -> (REQ_PAYLOAD | REQ_SKIP) -> REQ_HDR ...
+ *   any -> STOPPED (DISC, ABORT, protocol violation, socket error, server stop): nothing
+ *   more is read; the socket closes once in-flight requests and queued replies are done. */
+enum nbd_conn_state {
+    NBD_CONN_CLIENT_FLAGS,
+    NBD_CONN_OPT_HDR,
+    NBD_CONN_OPT_DATA,
+    NBD_CONN_OPT_SKIP,
+    NBD_CONN_REQ_HDR,
+    NBD_CONN_REQ_PAYLOAD,
+    NBD_CONN_REQ_SKIP,
+    NBD_CONN_STOPPED,
+};
+
+/* Options bigger than this are skipped unread and answered NBD_REP_ERR_TOO_BIG: the
+ * largest legitimate one is a meta context option with a 4 KiB name and a few queries. */
+#define NBD_OPT_MAX_LEN (64u << 10)
+/* Stop reading while this much option-reply data waits to be sent (a client that sends
+ * LIST forever without reading must not grow our memory). */
+#define NBD_HANDSHAKE_WQ_MAX (1u << 20)
+/* Input buffer: one read() worth; payloads are copied out of it into request buffers. */
+#define NBD_INBUF_SIZE (64u << 10)
+
+struct nbd_req {
+    struct engine_req er;
+    struct nbd_conn *conn;
+    struct nbd_req *prev, *next; /* conn->reqs */
+    uint64_t cookie;
+    uint64_t off;
+    uint32_t len;
+    uint16_t type;
+    uint16_t flags;
+    uint8_t *buf;              /* WRITE payload / READ data (len bytes), or NULL */
+    uint64_t bytes;            /* counted in conn->inflight_bytes */
+    int err;                   /* decided before the engine (-errno), 0 = submit */
+    const char *msg;           /* human text for a structured error chunk, static */
+    struct engine_extent *ext; /* BLOCK_STATUS */
+    /* the reply being written */
+    uv_write_t w;
+    uint8_t *out; /* headers and small payloads of the reply, malloc'd */
+    uv_buf_t *bufs;
+    unsigned nbufs;
+    bool replying;
+};
+
+struct nbd_conn {
+    struct nbd_server *srv;
+    struct nbd_conn *prev, *next;
+    uint64_t id;
+    char peer[64];
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    bool listed; /* in srv->conns (refused connections never are) */
+    bool reading;
+    bool in_process;       /* the parser loop is running: do not re-enter or close */
+    bool force;            /* close without waiting for queued replies to be written */
+    bool closing;          /* uv_close called */
+    uv_timer_t hs_timer;   /* handshake time-out; closed with the connection */
+    unsigned open_handles; /* h and hs_timer until their close callbacks ran */
+    enum nbd_conn_state state;
+
+    /* input */
+    uint8_t *inbuf;
+    size_t in_pos, in_len;
+    uint8_t hdr[32]; /* fixed-size message being assembled */
+    size_t hdr_have;
+    uint64_t skip_left; /* OPT_SKIP / REQ_SKIP */
+    uint8_t *opt_buf;
+    uint32_t opt, opt_len, opt_have;
+
+    /* negotiated */
+    bool fixed_newstyle;
+    bool no_zeroes;
+    bool structured;
+    unsigned meta_ctx;       /* bit (1 << id) for each selected context */
+    uint32_t meta_export_id; /* the export the contexts were selected for */
+
+    /* transmission */
+    struct engine_export *ex;
+    struct engine_export_info info;
+    uint16_t tx_flags;
+    struct nbd_req *cur;  /* WRITE whose payload is being read */
+    struct nbd_req *reqs; /* every live request, for shutdown */
+    uint32_t pay_have;
+    uint32_t inflight;       /* live requests (until their reply is written) */
+    uint64_t inflight_bytes; /* payload and read buffers they hold */
+    unsigned engine_pending; /* requests submitted to the engine, not yet done */
+    unsigned writes_pending; /* uv_write in flight (option replies and request replies) */
+};
+
+/* server.c */
+/* A connection handle finished closing. */
+void nbd__server_conn_gone(struct nbd_server *srv);
+
+/* conn.c */
+int nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp);
+/* Wraps an already-connected stream socket fd (tests, fuzzing). 0 or -errno. */
+int nbd__conn_adopt(struct nbd_server *srv, int fd);
+/* The handshake is over (transmission starts): its time-out no longer applies. */
+void nbd__conn_handshake_done(struct nbd_conn *c);
+/* Stops reading and closes once in-flight work is done (and, unless force, once queued
+ * replies are written). reason is logged at info level (NULL: nothing logged). */
+void nbd__conn_stop(struct nbd_conn *c, const char *reason, bool force);
+/* Something drained or finished: resume reading, or close a stopped connection. */
+void nbd__conn_kick(struct nbd_conn *c);
+/* Queues len bytes (copied) for sending. 0 or -ENOMEM (the connection is then stopped). */
+int nbd__conn_send(struct nbd_conn *c, const void *data, size_t len);
+/* Queues a request's reply (req->bufs); the request is freed when written. */
+void nbd__conn_send_req(struct nbd_conn *c, struct nbd_req *req);
+struct nbd_req *nbd__req_new(struct nbd_conn *c);
+void nbd__req_free(struct nbd_req *req);
+
+/* handshake.c */
+int nbd__hs_start(struct nbd_conn *c);
+void nbd__hs_client_flags(struct nbd_conn *c);
+void nbd__hs_opt_hdr(struct nbd_conn *c);
+void nbd__hs_opt_data(struct nbd_conn *c);
+void nbd__hs_opt_skipped(struct nbd_conn *c);
+
+/* Transmission flags for an export on this connection (handshake.c). */
+uint16_t nbd__tx_flags(const struct nbd_conn *c, const struct engine_export_info *info);
+
+/* transmit.c */
+void nbd__tx_req_hdr(struct nbd_conn *c);
+void nbd__tx_payload_done(struct nbd_conn *c);
+void nbd__tx_skip_done(struct nbd_conn *c);
+/* Whether another request may be read now (limits on requests and bytes in flight). */
+bool nbd__tx_can_accept(const struct nbd_conn *c);
+
+/* reply.c */
+uint32_t nbd__errno_to_nbd(int neg_errno);
+/* Builds and queues the reply of a finished request (result: 0, or -errno). */
+void nbd__reply(struct nbd_req *req, int result);
+
+/* context.c: meta contexts */
+const char *nbd__ctx_name(uint32_t id);
+/* Ids matching one query: a full name, or a namespace ("base:", "x-dedupd:") when
+ * allow_ns. Returns a bit mask (1 << id). */
+unsigned nbd__ctx_match(const char *q, size_t len, bool allow_ns);
+unsigned nbd__ctx_all(void);
+/* Status flags of an engine extent in context id. */
+uint32_t nbd__ctx_status(uint32_t id, uint32_t engine_flags);
+
+/* names.c: for logs */
+const char *nbd__opt_name(uint32_t opt);
+const char *nbd__cmd_name(uint16_t type);
+const char *nbd__rep_name(uint32_t rep);
+const char *nbd__err_name(uint32_t err);
+
+#endif
