@@ -80,17 +80,24 @@ maybe_close(struct nbd_conn *c)
     uv_close((uv_handle_t *) &c->h, on_closed);
 }
 
+static void on_timer(uv_timer_t *t);
+
 void
 nbd__conn_stop(struct nbd_conn *c, const char *reason, bool force)
 {
     if (reason)
         log_info("nbd: conn %" PRIu64 " (%s): %s; disconnecting", c->id, c->peer, reason);
+    bool was_stopped = c->state == NBD_CONN_STOPPED;
     c->state = NBD_CONN_STOPPED;
     c->force = c->force || force;
     if (c->reading && !c->closing) {
         uv_read_stop(stream(c));
         c->reading = false;
     }
+    /* A graceful stop waits for replies to be written; a client that never reads them
+     * gets the same time as a handshake, then a hard disconnect. */
+    if (!was_stopped && !c->force && !c->closing)
+        uv_timer_start(&c->hs_timer, on_timer, c->srv->limits.handshake_timeout_ms, 0);
     maybe_close(c);
 }
 
@@ -382,12 +389,18 @@ nbd__req_free(struct nbd_req *req)
     nbd__conn_kick(c);
 }
 
+/* One timer, two deadlines: the handshake, and the drain of a graceful stop. */
 static void
-on_handshake_timeout(uv_timer_t *t)
+on_timer(uv_timer_t *t)
 {
     struct nbd_conn *c = t->data;
-    if (c->state != NBD_CONN_STOPPED)
+    if (c->state != NBD_CONN_STOPPED) {
         nbd__conn_stop(c, "handshake not finished in time", true);
+        return;
+    }
+    log_info("nbd: conn %" PRIu64 " (%s): replies not read in time; disconnecting", c->id, c->peer);
+    c->force = true;
+    maybe_close(c);
 }
 
 void
@@ -405,7 +418,7 @@ conn_start(struct nbd_conn *c)
     uv_timer_init(srv->loop, &c->hs_timer);
     c->hs_timer.data = c;
     c->open_handles = 2;
-    uv_timer_start(&c->hs_timer, on_handshake_timeout, srv->limits.handshake_timeout_ms, 0);
+    uv_timer_start(&c->hs_timer, on_timer, srv->limits.handshake_timeout_ms, 0);
     c->id = ++srv->next_conn_id;
     c->next = srv->conns;
     if (srv->conns)

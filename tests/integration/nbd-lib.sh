@@ -1,6 +1,6 @@
 # nbd-lib.sh: sourced by the nbd-*.sh scripts after lib.sh.
 #   nbd_server_start [ARGS...]  start the server under test with a 1 GiB "default" export
-#                               and, where possible, a 16 MiB read-only "ro" export; sets
+#                               and a 16 MiB read-only "ro" export; sets
 #                               DD_PORT, DD_SOCK, DD_PID and NBD_HAVE_RO (1 or 0)
 #   nbd_server_stop             SIGTERM, bounded wait, exit code 0 required
 #   py FILE ARGS...             run a Python script with the system python3 (python3-libnbd)
@@ -34,9 +34,8 @@ nbd_server_start() {
         NBD_HAVE_RO=1
     else
         dd_start --default-export-size 1G "$@"
-        if ctl export create ro --size 16M --read-only >/dev/null 2>&1; then
-            NBD_HAVE_RO=1
-        fi
+        ctl export create ro 16M --read-only >/dev/null || fail "dedupd-ctl export create ro"
+        NBD_HAVE_RO=1
     fi
 }
 

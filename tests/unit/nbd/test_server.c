@@ -5,6 +5,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,16 @@ Test(server, listeners_parse_and_bind)
     snprintf(a1, sizeof(a1), "unix:%s", p);
     const char *ok[] = {a1, "127.0.0.1:0", "localhost:0"};
     cr_assert_eq(h_try_listen(&h, ok, 3), 0);
+    /* IPv6 in brackets, where the machine has it. */
+    int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool have_v6 = s6 >= 0 && bind(s6, (struct sockaddr *) &sa6, sizeof(sa6)) == 0;
+    if (s6 >= 0)
+        close(s6);
+    if (have_v6) {
+        const char *v6[] = {"[::1]:0"};
+        cr_assert_eq(h_try_listen(&h, v6, 1), 0);
+    }
     struct stat st;
     cr_assert_neq(stat(p, &st), 0, "socket file removed at stop");
     const char *bad[][1] = {
@@ -244,5 +255,21 @@ Test(server, handshake_timeout_drops_idle_clients_only)
     cl_req(good, NBD_CMD_FLUSH, 0, 1, 0, 0, NULL);
     cr_assert_eq(cl_simple(good, NULL), 0, "a client in transmission was dropped");
     close(good);
+    h_stop(&h);
+}
+
+Test(server, half_closed_client_that_never_reads_is_dropped_in_time)
+{
+    struct nbd_limits lim = {.handshake_timeout_ms = 300};
+    h_start(&h, &lim, false);
+    int fd = h_connect(&h);
+    cl_go(fd, "", true, NULL, NULL);
+    for (int i = 0; i < 16; i++)
+        cl_req(fd, NBD_CMD_READ, NBD_CMD_FLAG_DF, i, 0, 1 << 20, NULL);
+    shutdown(fd, SHUT_WR); /* end of input, but the replies are never read */
+    for (int i = 0; i < 300 && h_connections(&h) > 0; i++)
+        usleep(10000);
+    cr_assert_eq(h_connections(&h), 0, "a client that never reads kept its connection");
+    close(fd);
     h_stop(&h);
 }
