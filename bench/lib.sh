@@ -11,6 +11,7 @@
 #   srv_is_dedupd             true when the running server is a dedupd variant
 #   dd_sample PREFIX          print "PREFIX_hwm_kib V" ... lines for the running dedupd
 #                             (hwm_kib rss_kib store_du_bytes and the stats counters)
+#   srv_settle [MAX]          wait until the running server is idle (bounded)
 #   now_ns / mibs BYTES NS    clock and throughput helpers
 #   make_random / make_dup FILE BYTES SEED   source data (unique / one 1 MiB block repeated)
 #
@@ -190,6 +191,27 @@ srv_stop() {
     for k in $kids; do kill -KILL "$k" 2>/dev/null || true; done
     wait "$SRV_PID" 2>/dev/null || true
     SRV_PID=""
+}
+
+# srv_settle [MAX_SECONDS]: wait (bounded, default 120 s) until the server has used under
+# 5% of a core for 2 seconds in a row, so that background work left over from a previous
+# step (RocksDB flushes and compactions) is not billed to the next measurement.
+srv_settle() {
+    local max=${1:-120} quiet=0 prev cur hz
+    hz=$(getconf CLK_TCK)
+    prev=$(awk '{ print $14 + $15 }' "/proc/$SRV_PID/stat" 2>/dev/null) || return 0
+    while ((max-- > 0)); do
+        sleep 1
+        cur=$(awk '{ print $14 + $15 }' "/proc/$SRV_PID/stat" 2>/dev/null) || return 0
+        if (((cur - prev) * 20 < hz)); then
+            quiet=$((quiet + 1))
+            ((quiet < 2)) || return 0
+        else
+            quiet=0
+        fi
+        prev=$cur
+    done
+    return 0
 }
 
 # dd_sample PREFIX: memory, disk use and dedup counters of the running dedupd, as

@@ -128,7 +128,9 @@ def machine_lines(mach):
         f"{mach.get('reps', '?')}; random I/O: {mach.get('rand_time', '?')} s per direction",
         f"- Peers: {mach.get('nbdkit', '?')}; {mach.get('qemu_nbd', '?')}; nbd-server "
         f"{mach.get('nbd_server', '?')}; client {mach.get('nbdcopy', '?')}, {mach.get('fio', '?')}",
-        f"- dedupd: {mach.get('dedupd', 'none')}",
+        f"- dedupd: {mach.get('dedupd', 'none')}"
+        + (f", binary `{mach['dedupd_bin']}`" if "dedupd_bin" in mach else "")
+        + (f", built from {mach['dedupd_source']}" if "dedupd_source" in mach else ""),
     ]
 
 

@@ -102,6 +102,9 @@ trap 'exit 130' INT TERM
     echo "fio $(fio --version)"
     echo "dedupd $([ -x "$DEDUPD_BIN" ] && "$DEDUPD_BIN" --version 2>/dev/null | head -n1 || echo none)"
     echo "dedupd_commit $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    # where the measured dedupd came from when it is not this tree's build/release
+    [ "$DEDUPD_BIN" = "$BENCH_ROOT/build/release/server/dedupd" ] || echo "dedupd_bin $DEDUPD_BIN"
+    [ -z "${BENCH_DEDUPD_SOURCE:-}" ] || echo "dedupd_source $BENCH_DEDUPD_SOURCE"
 } >"$out/machine.txt"
 
 available=()

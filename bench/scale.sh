@@ -8,7 +8,8 @@
 # scale: write SIZE of fresh unique data (fio nbd engine, 4 connections of 1 MiB writes at
 #   queue depth 16, --refill_buffers) into an empty store, REPS times into fresh ranges; then
 #   fill another store with CHUNKS x CHUNK-SIZE bytes of unique data (same fio writes) and
-#   repeat the same measurement beyond the filled range. Reports full / empty throughput.
+#   repeat the same measurement beyond the filled range, once the server is idle again
+#   (RocksDB flushes and compactions of the fill done; bounded wait). Reports full / empty.
 #   CHUNKS takes binary suffixes: 10M = 10485760 chunks (40 GiB of 4 KiB chunks).
 # mem: write fresh unique data MEM-STEP at a time into one store up to MEM-TOTAL logical,
 #   sampling VmRSS, VmHWM and disk use after every step.
@@ -71,6 +72,8 @@ trap 'exit 130' INT TERM
     echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), nproc $(nproc)"
     echo "dedupd $("$DEDUPD_BIN" --version 2>/dev/null | head -n1)"
+    [ "$DEDUPD_BIN" = "$BENCH_ROOT/build/release/server/dedupd" ] || echo "dedupd_bin $DEDUPD_BIN"
+    [ -z "${BENCH_DEDUPD_SOURCE:-}" ] || echo "dedupd_source $BENCH_DEDUPD_SOURCE"
     echo "commit $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "server $server"
     echo "parameters chunks=$chunks chunk_size=$cs_b size=$size_b reps=$reps mem_total=$mem_total_b mem_step=$mem_step_b"
@@ -104,8 +107,9 @@ if [ "$only" != mem ]; then
             echo "scale.sh: filling a store with $chunks chunks ($((fill >> 20)) MiB)" >&2
             v=$(fio_write "$SRV_URI" 0 "$fill" "$out/raw/scale-fill.json") ||
                 { echo "scale.sh: fill failed" >&2; exit 1; }
-            echo "scale.sh: filled at $v MiB/s" >&2
+            echo "scale.sh: filled at $v MiB/s; waiting for the server to go idle" >&2
         fi
+        srv_settle 300
         n=$(dd_chunks)
         [ -n "$n" ] || n=$([ "$store" = full ] && echo $((fill / cs_b)) || echo 0)
         for ((r = 1; r <= reps; r++)); do
