@@ -416,7 +416,7 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
             if (c->repair && segs) {
                 uint64_t total = segs[i]->live + segs[i]->dead;
                 segs[i]->live = ss->live;
-                segs[i]->dead = total > ss->live ? total - ss->live : 0;
+                store__seg_set_dead(segs[i], total > ss->live ? total - ss->live : 0);
                 store__seg_put_meta(st, c->b, segs[i]);
                 c->res->repaired++;
             }
@@ -484,7 +484,8 @@ store_check(struct store *st, bool repair, store_progress_fn progress,
     c.segsum = calloc(nsegs + 1, sizeof(*c.segsum));
     if (copies && c.segsum) {
         for (size_t i = 0; i < nsegs; i++) {
-            copies[i] = *st->segs[i];
+            copies[i].id = st->segs[i]->id; /* only the fields commit_lock guards */
+            copies[i].live = st->segs[i]->live;
             c.segsum[i].id = st->segs[i]->id;
         }
         c.nsegsum = nsegs;

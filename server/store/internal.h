@@ -149,6 +149,22 @@ void store__seg_remove(struct store *st, struct store_seg *sg);
 void store__seg_close_all(struct store *st);
 void store__seg_path(const struct store *st, uint32_t id, char *buf, size_t cap);
 void store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg);
+/* The same with live/dead adjusted by deltas not yet applied (a commit's batch). */
+void store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int64_t d_live,
+                               int64_t d_dead);
+/* size and dead are written under commit_lock but read by store_stats without it: writers
+ * store them atomically so those reads are not data races. */
+static inline void
+store__seg_set_size(struct store_seg *sg, uint64_t v)
+{
+    __atomic_store_n(&sg->size, v, __ATOMIC_RELAXED);
+}
+
+static inline void
+store__seg_set_dead(struct store_seg *sg, uint64_t v)
+{
+    __atomic_store_n(&sg->dead, v, __ATOMIC_RELAXED);
+}
 int store__seg_sync_all(struct store *st); /* commit_lock: fdatasync segments, dir */
 int store__seg_sync_dir(struct store *st);  /* any thread */
 int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hook() */

@@ -203,6 +203,13 @@ void
 store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg)
 {
     (void) st;
+    store__seg_put_meta_delta(b, sg, 0, 0);
+}
+
+void
+store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int64_t d_live,
+                          int64_t d_dead)
+{
     uint8_t key[sizeof(STORE_META_SEG) - 1 + 4], val[SEG_VAL_LEN];
     memcpy(key, STORE_META_SEG, sizeof(STORE_META_SEG) - 1);
     key[sizeof(key) - 4] = sg->id >> 24;
@@ -212,8 +219,8 @@ store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg
     val[0] = 1;
     be64(val + 1, sg->size);
     be64(val + 9, sg->synced);
-    be64(val + 17, sg->live);
-    be64(val + 25, sg->dead);
+    be64(val + 17, (uint64_t) ((int64_t) sg->live + d_live));
+    be64(val + 25, (uint64_t) ((int64_t) sg->dead + d_dead));
     val[33] = sg->sealed;
     meta_batch_put(b, META_CF_META, key, sizeof(key), val, sizeof(val));
 }

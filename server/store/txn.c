@@ -329,7 +329,7 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
 
     st->cnt.next_id++;
     tx->wlen += reclen;
-    st->active->size += reclen;
+    store__seg_set_size(st->active, st->active->size + reclen);
     *chunk_id = id;
     return 0;
 }
@@ -472,14 +472,14 @@ txn_unwind(struct store_txn *tx)
 {
     struct store *st = tx->st;
     if (tx->wlen && st->active->size == tx->woff + tx->wlen)
-        st->active->size = tx->woff;
+        store__seg_set_size(st->active, tx->woff);
     for (size_t i = 0; i < tx->nchunks; i++) {
         struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
         if (!e->is_new)
             continue;
         struct store_seg *sg = store__seg_find(st, e->rec.seg);
         if (sg && e->rec.off < sg->size) {
-            sg->dead += store_record_len(e->rec.stored_len);
+            store__seg_set_dead(sg, sg->dead + store_record_len(e->rec.stored_len));
             sg->dirty = true;
         }
     }
@@ -592,10 +592,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     }
     for (size_t i = 0; i < tx->nsegs; i++) {
         struct txn_seg *d = &tx->segs[i];
-        struct store_seg tmp = *d->sg;
-        tmp.live = (uint64_t) ((int64_t) tmp.live + d->d_live);
-        tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
-        store__seg_put_meta(st, tx->batch, &tmp);
+        store__seg_put_meta_delta(tx->batch, d->sg, d->d_live, d->d_dead);
     }
     store__counters_put(st, tx->batch, &c);
 
@@ -612,7 +609,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     for (size_t i = 0; i < tx->nsegs; i++) {
         struct txn_seg *d = &tx->segs[i];
         d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
-        d->sg->dead = (uint64_t) ((int64_t) d->sg->dead + d->d_dead);
+        store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
         d->sg->dirty = false;
     }
     for (size_t i = 0; i < tx->nexports; i++)
@@ -636,7 +633,7 @@ fail:
             struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
             struct store_seg *sg = e->is_new ? store__seg_find(st, e->rec.seg) : NULL;
             if (sg) {
-                sg->dead += store_record_len(e->rec.stored_len);
+                store__seg_set_dead(sg, sg->dead + store_record_len(e->rec.stored_len));
                 sg->dirty = true;
             }
         }
@@ -697,7 +694,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         meta_val_id_encode(rv, mv[i].id);
         meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
         tx->wlen += reclen;
-        st->active->size += reclen;
+        store__seg_set_size(st->active, st->active->size + reclen);
         seg_delta(tx, st->active)->d_live += (int64_t) reclen;
         fd = seg_delta(tx, from); /* the array may have grown */
         fd->d_live -= (int64_t) reclen;
@@ -707,10 +704,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
     if (rc == 0) {
         for (size_t i = 0; i < tx->nsegs; i++) {
             struct txn_seg *d = &tx->segs[i];
-            struct store_seg tmp = *d->sg;
-            tmp.live = (uint64_t) ((int64_t) tmp.live + d->d_live);
-            tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
-            store__seg_put_meta(st, tx->batch, &tmp);
+            store__seg_put_meta_delta(tx->batch, d->sg, d->d_live, d->d_dead);
         }
     }
     size_t bytes = meta_batch_bytes(tx->batch);
@@ -725,18 +719,18 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         for (size_t i = 0; i < tx->nsegs; i++) {
             struct txn_seg *d = &tx->segs[i];
             d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
-            d->sg->dead = (uint64_t) ((int64_t) d->sg->dead + d->d_dead);
+            store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
             d->sg->dirty = false;
         }
         rc = store__wal_pace(st, bytes);
     } else {
         /* Copies already written are dead; unwritten ones are un-reserved. */
         if (tx->wlen && st->active->size == tx->woff + tx->wlen)
-            st->active->size = tx->woff;
+            store__seg_set_size(st->active, tx->woff);
         for (size_t i = 0; i < tx->nsegs; i++) {
             struct txn_seg *d = &tx->segs[i];
             if (d->d_live > 0 && d->sg != from) {
-                d->sg->dead += (uint64_t) d->d_live;
+                store__seg_set_dead(d->sg, d->sg->dead + (uint64_t) d->d_live);
                 d->sg->dirty = true;
             }
         }
