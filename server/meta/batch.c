@@ -93,6 +93,28 @@ meta_batch_delete(struct meta_batch *b, enum meta_cf cf, const void *key, size_t
 }
 
 int
+meta_batch_find(const struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen,
+                void *val, size_t cap, size_t *vlen)
+{
+    int found = -ENOENT;
+    for (size_t off = 0; off < b->len;) {
+        const unsigned char *p = b->buf + off;
+        uint32_t kl, vl;
+        memcpy(&kl, p + 2, 4);
+        memcpy(&vl, p + 6, 4);
+        if (p[1] == (unsigned char) cf && kl == klen && memcmp(p + ENTRY_HDR, key, klen) == 0) {
+            found = p[0] == OP_PUT;
+            if (found) {
+                memcpy(val, p + ENTRY_HDR + kl, vl < cap ? vl : cap);
+                *vlen = vl;
+            }
+        }
+        off += ENTRY_HDR + kl + vl;
+    }
+    return found;
+}
+
+int
 meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync)
 {
     if (m->read_only)

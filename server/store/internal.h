@@ -91,6 +91,10 @@ struct store_txn {
     /* Appended records not yet written: one pwrite at commit (or at a seal). */
     uint8_t *wbuf;
     size_t wlen, wcap;
+    /* Fingerprints of the hashes of this transaction's new chunks, built at commit, so a
+     * free only scans the batch when the hash back-end may have put the same hash key. */
+    uint64_t *fp;
+    size_t fp_cap, fp_mask;
     uint64_t woff; /* offset in the active segment of wbuf[0] */
     bool broken;   /* an append failed: only abort is allowed */
     bool active;

@@ -50,6 +50,7 @@ store__txn_fini(struct store_txn *tx)
     free(tx->map_used);
     free(tx->wbuf);
     free(tx->segs);
+    free(tx->fp);
     memset(tx, 0, sizeof(*tx));
 }
 
@@ -496,6 +497,69 @@ store_txn_abort(struct store_txn *tx)
     pthread_mutex_unlock(&st->commit_lock);
 }
 
+static uint64_t
+hash_fp(uint8_t alg, const uint8_t *hash, uint8_t len)
+{
+    uint64_t v = 0;
+    memcpy(&v, hash, len < 8 ? len : 8);
+    return (v ^ alg) | 1; /* never 0: 0 marks an empty slot */
+}
+
+/* Fills tx->fp with the hash fingerprints of the transaction's new chunks. */
+static int
+build_fp(struct store_txn *tx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < tx->nchunks; i++)
+        n += tx->chunks[tx->chunk_used[i]].is_new;
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    if (cap > tx->fp_cap) {
+        uint64_t *f = realloc(tx->fp, cap * sizeof(*f));
+        if (!f)
+            return -ENOMEM;
+        tx->fp = f;
+        tx->fp_cap = cap;
+    }
+    tx->fp_mask = cap - 1;
+    memset(tx->fp, 0, cap * sizeof(*tx->fp));
+    for (size_t i = 0; i < tx->nchunks; i++) {
+        struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
+        if (!e->is_new || !e->rec.hash_alg)
+            continue;
+        uint64_t f = hash_fp(e->rec.hash_alg, e->rec.hash, e->rec.hash_len);
+        size_t j = mix64(f) & tx->fp_mask;
+        while (tx->fp[j] && tx->fp[j] != f)
+            j = (j + 1) & tx->fp_mask;
+        tx->fp[j] = f;
+    }
+    return 0;
+}
+
+static bool
+fp_has(const struct store_txn *tx, uint8_t alg, const uint8_t *hash, uint8_t len)
+{
+    uint64_t f = hash_fp(alg, hash, len);
+    for (size_t j = mix64(f) & tx->fp_mask; tx->fp[j]; j = (j + 1) & tx->fp_mask)
+        if (tx->fp[j] == f)
+            return true;
+    return false;
+}
+
+/* A new chunk nobody maps by commit: if the hash back-end put its hash entry into this
+ * batch, take it out again (invariant 2: no hash entry may name a chunk that is not live). */
+static void
+drop_new_hash(struct store_txn *tx, struct txn_chunk *e)
+{
+    uint8_t hkey[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
+    size_t hl = meta_key_hash_encode(hkey, e->rec.hash_alg, e->rec.hash, e->rec.hash_len), vl;
+    uint64_t owner;
+    if (meta_batch_find(tx->batch, META_CF_HASH, hkey, hl, val, sizeof(val), &vl) == 1 &&
+        meta_val_id_decode(val, vl, &owner) == 0 && owner == e->id)
+        meta_batch_delete(tx->batch, META_CF_HASH, hkey, hl);
+}
+
 static void
 free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
            store_freed_fn freed, void *arg)
@@ -517,8 +581,17 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
         uint8_t hkey[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
         size_t hl = meta_key_hash_encode(hkey, e->rec.hash_alg, e->rec.hash, e->rec.hash_len);
         uint64_t owner;
+        size_t vl;
         ssize_t n = meta_get(st->meta, META_CF_HASH, hkey, hl, val, sizeof(val));
-        if (n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == e->id)
+        bool ours = n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 &&
+                    owner == e->id;
+        /* The back-end may have re-pointed the key at a new chunk with the same hash in
+         * this very batch; a delete appended after that put would undo it. */
+        if (ours && fp_has(tx, e->rec.hash_alg, e->rec.hash, e->rec.hash_len) &&
+            meta_batch_find(tx->batch, META_CF_HASH, hkey, hl, val, sizeof(val), &vl) == 1 &&
+            meta_val_id_decode(val, vl, &owner) == 0 && owner != e->id)
+            ours = false;
+        if (ours)
             meta_batch_delete(tx->batch, META_CF_HASH, hkey, hl);
     }
     c->chunks--;
@@ -536,6 +609,9 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         rc = -EIO;
         goto fail;
     }
+    rc = build_fp(tx);
+    if (rc)
+        goto fail;
     for (size_t i = 0; i < tx->nchunks; i++) {
         struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
         int64_t before = (int64_t) e->rec.refs, after = before + e->delta;
@@ -551,6 +627,8 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         }
         if (e->is_new && after == 0) {
             sd->d_dead += (int64_t) reclen; /* appended but never referenced */
+            if (e->rec.hash_alg)
+                drop_new_hash(tx, e);
             continue;
         }
         if (after == 0) {
