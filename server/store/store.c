@@ -151,13 +151,15 @@ store__export_count_get(struct store *st, uint32_t export_id, uint64_t *out)
         return n < 0 ? (int) n : -EBADMSG;
     pthread_mutex_lock(&st->stat_lock);
     /* A commit may have filled the slot meanwhile; its value is newer than ours. */
-    e = export_slot(st, export_id, true);
+    e = export_slot(st, export_id, false);
     if (!e) {
-        pthread_mutex_unlock(&st->stat_lock);
-        return -ENOMEM;
-    }
-    if (e->mapped == 0)
+        e = export_slot(st, export_id, true);
+        if (!e) {
+            pthread_mutex_unlock(&st->stat_lock);
+            return -ENOMEM;
+        }
         e->mapped = v;
+    }
     *out = e->mapped;
     pthread_mutex_unlock(&st->stat_lock);
     return 0;
