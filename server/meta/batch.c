@@ -48,8 +48,8 @@ meta_batch_bytes(const struct meta_batch *b)
 }
 
 static void
-append(struct meta_batch *b, int op, enum meta_cf cf, const void *key, size_t klen,
-       const void *val, size_t vlen)
+append(struct meta_batch *b, int op, enum meta_cf cf, const void *key, size_t klen, const void *val,
+       size_t vlen)
 {
     size_t need = ENTRY_HDR + klen + vlen;
     if (b->oom)
@@ -80,8 +80,8 @@ append(struct meta_batch *b, int op, enum meta_cf cf, const void *key, size_t kl
 }
 
 void
-meta_batch_put(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen,
-               const void *val, size_t vlen)
+meta_batch_put(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen, const void *val,
+               size_t vlen)
 {
     append(b, OP_PUT, cf, key, klen, val, vlen);
 }

@@ -50,19 +50,18 @@ struct ck {
     struct seg_sum {
         uint32_t id;
         uint64_t live;
-    } *segsum;
+    } * segsum;
     size_t nsegsum;
     struct ck_export {
         uint32_t export_id;
         uint64_t mapped;   /* counted in map */
         uint64_t recorded; /* 1 + the recorded count, 0 if none */
-    } *exp;
+    } * exp;
     size_t nexp, expcap;
     struct meta_iter *meta_it;
 };
 
-static void __attribute__((format(printf, 2, 3)))
-finding(struct ck *c, const char *fmt, ...)
+static void __attribute__((format(printf, 2, 3))) finding(struct ck *c, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
@@ -184,7 +183,9 @@ pass_chunks(struct ck *c, struct meta_iter *it, struct meta_iter *rev)
             finding(c, "malformed chunk entry (key %zu bytes, value %zu bytes)", kl, vl);
             continue;
         }
-        struct ck_chunk e = {.id = id, .refs = r.refs, .seg = r.seg,
+        struct ck_chunk e = {.id = id,
+                             .refs = r.refs,
+                             .seg = r.seg,
                              .reclen = (uint32_t) store_record_len(r.stored_len)};
         rc = tab_add(c, &e);
         c->want.chunks++;
@@ -236,8 +237,10 @@ pass_map(struct ck *c, struct meta_iter *it)
         }
         struct ck_chunk *ch = id ? tab_find(c, id) : NULL;
         if (!ch) {
-            finding(c, "export %" PRIu32 " chunk %" PRIu64 ": names chunk %" PRIu64
-                    " which does not exist", e, idx, id);
+            finding(c,
+                    "export %" PRIu32 " chunk %" PRIu64 ": names chunk %" PRIu64
+                    " which does not exist",
+                    e, idx, id);
             if (c->repair) {
                 meta_batch_delete(c->b, META_CF_MAP, k, kl);
                 c->res->repaired++;
@@ -292,8 +295,9 @@ pass_refs(struct ck *c, struct meta_iter *chunks)
         if (!e->id)
             continue;
         if (e->refs != e->counted) {
-            finding(c, "chunk %" PRIu64 ": refcount %" PRIu64 " but %" PRIu64
-                    " map entries name it", e->id, e->refs, e->counted);
+            finding(c,
+                    "chunk %" PRIu64 ": refcount %" PRIu64 " but %" PRIu64 " map entries name it",
+                    e->id, e->refs, e->counted);
             if (c->repair) {
                 if (e->counted == 0) {
                     free_in_repair(c, e->id, chunks);
@@ -339,8 +343,10 @@ pass_rev(struct ck *c, struct meta_iter *it)
         }
         struct ck_chunk *ch = tab_find(c, id);
         if (!ch || ch->seg != seg) {
-            finding(c, "rev seg %" PRIu32 " off %" PRIu64 ": names chunk %" PRIu64
-                    " which does not live there", seg, off, id);
+            finding(c,
+                    "rev seg %" PRIu32 " off %" PRIu64 ": names chunk %" PRIu64
+                    " which does not live there",
+                    seg, off, id);
             if (c->repair) {
                 meta_batch_delete(c->b, META_CF_REV, k, kl);
                 c->res->repaired++;
@@ -376,8 +382,9 @@ pass_hash(struct ck *c, struct meta_iter *it, struct meta_iter *chunks)
                 ok = false;
         }
         if (!ok) {
-            finding(c, "hash entry (alg %u) names chunk %" PRIu64
-                    ", which is not live with that hash", kl ? k[0] : 0, id);
+            finding(c,
+                    "hash entry (alg %u) names chunk %" PRIu64 ", which is not live with that hash",
+                    kl ? k[0] : 0, id);
             if (c->repair) {
                 meta_batch_delete(c->b, META_CF_HASH, k, kl);
                 c->res->repaired++;
@@ -389,16 +396,16 @@ pass_hash(struct ck *c, struct meta_iter *it, struct meta_iter *chunks)
 }
 
 static void
-pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
-              const struct store_seg *copies)
+pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs, const struct store_seg *copies)
 {
     struct store *st = c->st;
     struct store_counters *h = &c->cnt, *w = &c->want;
     if (h->chunks != w->chunks || h->shared != w->shared || h->raw_bytes != w->raw_bytes ||
         h->stored_bytes != w->stored_bytes || h->next_id < w->next_id) {
-        finding(c, "counters: chunks %" PRIu64 "/%" PRIu64 " shared %" PRIu64 "/%" PRIu64
-                " raw %" PRIu64 "/%" PRIu64 " stored %" PRIu64 "/%" PRIu64
-                " next id %" PRIu64 "/%" PRIu64 " (recorded/recomputed)",
+        finding(c,
+                "counters: chunks %" PRIu64 "/%" PRIu64 " shared %" PRIu64 "/%" PRIu64
+                " raw %" PRIu64 "/%" PRIu64 " stored %" PRIu64 "/%" PRIu64 " next id %" PRIu64
+                "/%" PRIu64 " (recorded/recomputed)",
                 h->chunks, w->chunks, h->shared, w->shared, h->raw_bytes, w->raw_bytes,
                 h->stored_bytes, w->stored_bytes, h->next_id, w->next_id);
         if (c->repair) {
@@ -411,8 +418,8 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
     for (size_t i = 0; i < nsegs; i++) {
         struct seg_sum *ss = segsum(c, copies[i].id);
         if (ss && ss->live != copies[i].live) {
-            finding(c, "seg %" PRIu32 ": %" PRIu64 " live bytes recorded, %" PRIu64
-                    " recomputed", copies[i].id, copies[i].live, ss->live);
+            finding(c, "seg %" PRIu32 ": %" PRIu64 " live bytes recorded, %" PRIu64 " recomputed",
+                    copies[i].id, copies[i].live, ss->live);
             if (c->repair && segs) {
                 uint64_t total = segs[i]->live + segs[i]->dead;
                 segs[i]->live = ss->live;
@@ -445,8 +452,9 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
     for (size_t i = 0; i < c->nexp; i++) {
         uint64_t have = c->exp[i].recorded ? c->exp[i].recorded - 1 : 0;
         if (have != c->exp[i].mapped) {
-            finding(c, "export %" PRIu32 ": %" PRIu64 " mapped chunks recorded, %" PRIu64
-                    " counted", c->exp[i].export_id, have, c->exp[i].mapped);
+            finding(c,
+                    "export %" PRIu32 ": %" PRIu64 " mapped chunks recorded, %" PRIu64 " counted",
+                    c->exp[i].export_id, have, c->exp[i].mapped);
             if (c->repair) {
                 store__export_put(c->b, c->exp[i].export_id, c->exp[i].mapped);
                 store__export_count_set(st, c->exp[i].export_id, c->exp[i].mapped);
@@ -457,12 +465,16 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
 }
 
 int
-store_check(struct store *st, bool repair, store_progress_fn progress,
-            store_finding_fn finding_fn, void *arg, struct store_check_result *out)
+store_check(struct store *st, bool repair, store_progress_fn progress, store_finding_fn finding_fn,
+            void *arg, struct store_check_result *out)
 {
     struct store_check_result res = {0};
-    struct ck c = {.st = st, .repair = repair && !st->opt.read_only, .progress = progress,
-                   .finding = finding_fn, .arg = arg, .res = &res};
+    struct ck c = {.st = st,
+                   .repair = repair && !st->opt.read_only,
+                   .progress = progress,
+                   .finding = finding_fn,
+                   .arg = arg,
+                   .res = &res};
     if (repair && st->opt.read_only)
         return -EROFS;
     struct meta_iter *it[6] = {0};
@@ -492,8 +504,7 @@ store_check(struct store *st, bool repair, store_progress_fn progress,
     }
     if (!c.repair)
         pthread_mutex_unlock(&st->commit_lock);
-    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4] ||
-        !it[5])
+    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4] || !it[5])
         goto out;
     rc = pass_chunks(&c, it[0], it[1]);
     if (rc == 0)

@@ -174,8 +174,8 @@ open_one(void *arg, const char *name)
     struct store *st = arg;
     unsigned id;
     char tail[8];
-    if (strlen(name) != 16 || sscanf(name, "seg-%8u%4s", &id, tail) != 2 ||
-        strcmp(tail, ".log") || id == 0) {
+    if (strlen(name) != 16 || sscanf(name, "seg-%8u%4s", &id, tail) != 2 || strcmp(tail, ".log") ||
+        id == 0) {
         log_warn("store: %s/%s: not a segment file name; ignored", st->seg_dir, name);
         return 0;
     }
@@ -294,8 +294,7 @@ store__wal_hook(void *arg, bool before)
             if (r) {
                 __atomic_store_n(&todo[i]->unsynced, 1, __ATOMIC_SEQ_CST);
                 if (!rc)
-                    log_err("store: seg %" PRIu32 ": fdatasync: %s", todo[i]->id,
-                            strerror(-r));
+                    log_err("store: seg %" PRIu32 ": fdatasync: %s", todo[i]->id, strerror(-r));
                 rc = r;
             }
             store__seg_put(st, todo[i]);
@@ -333,8 +332,8 @@ store__seal_active(struct store *st)
  * read path's common case. 0, -EUCLEAN (corrupt or torn: logged by the caller who knows
  * the chunk), -EIO. */
 int
-store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
-                   struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len)
+store__read_record(struct store *st, struct store_seg *sg, uint64_t off, struct store_record_hdr *h,
+                   void *buf, size_t cap, uint32_t expect_len)
 {
     (void) st;
     uint8_t hb[STORE_RECORD_HDR_LEN];

@@ -11,11 +11,11 @@
 
 #include "util/log.h"
 
-#define DEFAULT_SEG_BYTES     (256ULL << 20)
-#define MIN_SEG_BYTES         (64ULL << 10)
-#define WAL_FLUSH_BYTES       (8ULL << 20) /* half the in-memory WAL buffer (meta/db.c) */
-#define MEM_POLL_BYTES        (1ULL << 20)
-#define MEM_HEADROOM_BYTES    (8ULL << 20)
+#define DEFAULT_SEG_BYTES  (256ULL << 20)
+#define MIN_SEG_BYTES      (64ULL << 10)
+#define WAL_FLUSH_BYTES    (8ULL << 20) /* half the in-memory WAL buffer (meta/db.c) */
+#define MEM_POLL_BYTES     (1ULL << 20)
+#define MEM_HEADROOM_BYTES (8ULL << 20)
 
 static char *
 join(const char *a, const char *b)
@@ -60,16 +60,15 @@ store__counters_put(struct store *st, struct meta_batch *b, const struct store_c
     put_be64(v + 17, c->raw_bytes);
     put_be64(v + 25, c->stored_bytes);
     put_be64(v + 33, c->next_id);
-    meta_batch_put(b, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS), v,
-                   sizeof(v));
+    meta_batch_put(b, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS), v, sizeof(v));
 }
 
 static int
 counters_load(struct store *st)
 {
     uint8_t v[COUNTERS_LEN];
-    ssize_t n = meta_get(st->meta, META_CF_META, STORE_META_COUNTERS,
-                         strlen(STORE_META_COUNTERS), v, sizeof(v));
+    ssize_t n = meta_get(st->meta, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS),
+                         v, sizeof(v));
     if (n == -ENOENT) {
         memset(&st->cnt, 0, sizeof(st->cnt));
         st->cnt.next_id = 1;
@@ -251,8 +250,8 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
                     ": record corrupt (bad header, length or crc)",
                     chunk_id, r.seg, r.off);
         else if (rc)
-            log_err("store: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read: %s",
-                    chunk_id, r.seg, r.off, strerror(-rc));
+            log_err("store: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read: %s", chunk_id,
+                    r.seg, r.off, strerror(-rc));
         return rc ? rc : (ssize_t) r.raw_len;
     }
     log_err("store: chunk %" PRIu64 ": its segment is missing", chunk_id);

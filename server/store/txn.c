@@ -237,8 +237,8 @@ flush_wbuf(struct store_txn *tx)
     /* After the write: a WAL hook that clears the flag then syncs covers these bytes. */
     __atomic_store_n(&st->active->unsynced, 1, __ATOMIC_SEQ_CST);
     if (rc) {
-        log_err("store: seg %" PRIu32 " off %" PRIu64 ": write of %zu bytes: %s",
-                st->active->id, tx->woff, tx->wlen, strerror(-rc));
+        log_err("store: seg %" PRIu32 " off %" PRIu64 ": write of %zu bytes: %s", st->active->id,
+                tx->woff, tx->wlen, strerror(-rc));
         return rc;
     }
     tx->woff += tx->wlen;
@@ -281,8 +281,8 @@ reserve_append(struct store_txn *tx, uint64_t reclen)
 }
 
 int
-store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
-                    size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id)
+store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
+                    const void *buf, uint32_t len, uint64_t *chunk_id)
 {
     struct store *st = tx->st;
     if (tx->broken)
@@ -344,8 +344,7 @@ store_txn_ref(struct store_txn *tx, uint64_t chunk_id, int64_t delta)
     int rc = chunk_entry(tx, chunk_id, &e);
     if (rc) {
         if (rc == -ENOENT)
-            log_err("store: ref %+" PRId64 " on chunk %" PRIu64 ": no such chunk", delta,
-                    chunk_id);
+            log_err("store: ref %+" PRId64 " on chunk %" PRIu64 ": no such chunk", delta, chunk_id);
         return rc;
     }
     if ((int64_t) e->rec.refs + e->delta + delta < 0) {
@@ -376,8 +375,7 @@ export_delta(struct store_txn *tx, uint32_t export_id, int64_t d)
 }
 
 int
-store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
-                  uint64_t chunk_id)
+store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id)
 {
     struct store *st = tx->st;
     bool found;
@@ -406,7 +404,8 @@ store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
     if (rc) {
         if (rc == -ENOENT)
             log_err("store: export %" PRIu32 " chunk %" PRIu64 ": map to chunk %" PRIu64
-                    " (was %" PRIu64 "): no such chunk", export_id, chunk_idx, chunk_id, old);
+                    " (was %" PRIu64 "): no such chunk",
+                    export_id, chunk_idx, chunk_id, old);
         return rc;
     }
     int64_t d = (old == 0) - (chunk_id == 0);
@@ -583,8 +582,7 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
         uint64_t owner;
         size_t vl;
         ssize_t n = meta_get(st->meta, META_CF_HASH, hkey, hl, val, sizeof(val));
-        bool ours = n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 &&
-                    owner == e->id;
+        bool ours = n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == e->id;
         /* The back-end may have re-pointed the key at a new chunk with the same hash in
          * this very batch; a delete appended after that put would undo it. */
         if (ours && fp_has(tx, e->rec.hash_alg, e->rec.hash, e->rec.hash_len) &&
@@ -698,8 +696,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     /* The batch is committed: a pacing failure is logged and surfaces at the next sync. */
     rc = store__wal_pace(st, bytes);
     if (rc)
-        log_err("store: flushing the write-ahead log after a commit failed: %s",
-                strerror(-rc));
+        log_err("store: flushing the write-ahead log after a commit failed: %s", strerror(-rc));
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
     return 0;
@@ -729,8 +726,8 @@ fail:
  * already dead). *moved gets the record bytes moved. The new copies are written but not
  * synced: the caller syncs before it deletes `from`. */
 int
-store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
-                    size_t n, const uint8_t *buf, uint64_t *moved)
+store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv, size_t n,
+                    const uint8_t *buf, uint64_t *moved)
 {
     struct store_txn *tx = &st->txn;
     txn_reset(tx);

@@ -57,8 +57,7 @@ child_note(void *arg, unsigned blk, uint64_t seed)
     send_msg(*(int *) arg, 'W', blk, seed);
 }
 
-static void __attribute__((noreturn))
-child(int fd, uint64_t rng, uint64_t next_seed)
+static void __attribute__((noreturn)) child(int fd, uint64_t rng, uint64_t next_seed)
 {
     struct store_options o = {.seg_bytes = 128 << 10};
     struct store *st = NULL;

@@ -97,9 +97,14 @@ Test(maint, broken_refcount_is_found_and_repaired)
     /* Plant the fault below the store: chunk 3's refcount says 7. */
     struct store_chunk_info ci;
     cr_assert_eq(store_chunk_get(st, ids[3], &ci), 0);
-    struct meta_chunk_rec r = {.seg = ci.seg, .off = ci.off, .raw_len = ci.raw_len,
-                               .stored_len = ci.stored_len, .codec = ci.codec,
-                               .hash_alg = ci.hash_alg, .hash_len = ci.hash_len, .refs = 7};
+    struct meta_chunk_rec r = {.seg = ci.seg,
+                               .off = ci.off,
+                               .raw_len = ci.raw_len,
+                               .stored_len = ci.stored_len,
+                               .codec = ci.codec,
+                               .hash_alg = ci.hash_alg,
+                               .hash_len = ci.hash_len,
+                               .refs = 7};
     memcpy(r.hash, ci.hash, sizeof(r.hash));
     uint8_t k[8], v[META_CHUNK_VAL_MAX];
     meta_key_chunk_encode(k, ids[3]);

@@ -18,8 +18,8 @@ Test(crc32c, known_vector_and_both_paths_agree)
         uint32_t a = crc32c(0, buf + start, sizeof(buf) - start);
         cr_assert_eq(a, crc32c_sw(0, buf + start, sizeof(buf) - start));
         /* Continuation: crc of a||b from crc of a. */
-        cr_assert_eq(crc32c(crc32c(0, buf + start, 100), buf + start + 100,
-                            sizeof(buf) - start - 100), a);
+        cr_assert_eq(
+            crc32c(crc32c(0, buf + start, 100), buf + start + 100, sizeof(buf) - start - 100), a);
     }
 }
 

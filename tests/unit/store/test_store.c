@@ -272,7 +272,7 @@ Test(store, abort_leaves_nothing_and_unreferenced_new_chunk_is_dead)
 
     cr_assert_eq(store_txn_begin(st, &tx), 0);
     uint64_t b = add(tx, 2, 4096);
-    cr_assert_gt(b, a); /* ids are never reused */
+    cr_assert_gt(b, a);                                /* ids are never reused */
     cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0); /* b never referenced */
     cr_assert_eq(store_chunk_get(st, b, &ci), -ENOENT);
     struct store_stats s;
