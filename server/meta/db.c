@@ -383,10 +383,11 @@ meta_close(struct meta *m)
     if (!m)
         return;
     if (m->db && !m->read_only) {
-        char *err = NULL;
-        rocksdb_flush_wal(m->db, 1, &err);
-        if (err)
-            rdb_err("flush wal at close", NULL, err);
+        /* Through the hook: if the data the WAL references cannot be made durable (the
+         * store's segments failed to sync), the WAL must not be either. */
+        int rc = meta_sync(m);
+        if (rc)
+            log_err("meta: close: the write-ahead log was not synced: %s", strerror(-rc));
     }
     close_db(m);
     free_options(m);

@@ -509,9 +509,11 @@ store_close(struct store *st)
         if (rc)
             log_err("store: %s: sync at close failed: %s", st->dir, strerror(-rc));
     }
+    /* meta first: its closing WAL sync goes through the store's hook, which needs the
+     * segments still open (if they cannot be synced, the WAL is not synced either). */
+    meta_close(st->meta);
     store__seg_close_all(st);
     store__txn_fini(&st->txn);
-    meta_close(st->meta);
     if (st->lock_fd >= 0)
         store__io->close(st->lock_fd);
     pthread_mutex_destroy(&st->commit_lock);
