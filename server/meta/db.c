@@ -384,7 +384,10 @@ meta_close(struct meta *m)
         return;
     if (m->db && !m->read_only) {
         /* Through the hook: if the data the WAL references cannot be made durable (the
-         * store's segments failed to sync), the WAL must not be either. */
+         * store's segments failed to sync), the WAL must not be either. XXX: rocksdb_close
+         * still writes its WAL buffer to the file (not fsynced) on its own; the C API has
+         * no way to drop it, so after such an I/O failure a later power loss could keep
+         * batches whose segment bytes are gone (recovery's lost-chunk path handles it). */
         int rc = meta_sync(m);
         if (rc)
             log_err("meta: close: the write-ahead log was not synced: %s", strerror(-rc));
