@@ -442,11 +442,9 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     if (!st->dir || !st->seg_dir || !st->db_dir || !lock_path)
         goto fail;
     if (!st->opt.read_only) {
-        rc = store__io_mkdir_p(st->seg_dir);
-        if (rc == 0)
-            rc = store__io_mkdir_p(st->db_dir);
+        rc = store__io_mkdir_p(st->dir);
         if (rc) {
-            log_err("store: %s: cannot create directories: %s", data_dir, strerror(-rc));
+            log_err("store: %s: cannot create the directory: %s", data_dir, strerror(-rc));
             goto fail;
         }
     }
@@ -469,6 +467,14 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     if (rc)
         goto fail;
     meta_set_wal_hook(st->meta, store__wal_hook, st);
+    /* Only now that the database is known to be ours (or was just created). */
+    if (!st->opt.read_only) {
+        rc = store__io->mkdir(st->seg_dir, 0755);
+        if (rc && rc != -EEXIST) {
+            log_err("store: %s: cannot create: %s", st->seg_dir, strerror(-rc));
+            goto fail;
+        }
+    }
     rc = store__txn_init(&st->txn, st);
     if (rc)
         goto fail;

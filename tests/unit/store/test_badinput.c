@@ -206,6 +206,9 @@ Test(badinput, foreign_database_directory_is_eproto)
     cr_assert_eq(store_open(dir, &opts, &st), -EPROTO);
     cr_assert_null(st);
     cr_assert_eq(file_size(p), 16);
+    char seg[300];
+    snprintf(seg, sizeof(seg), "%s/segments", dir);
+    cr_assert_eq(file_size(seg), -1); /* no segments directory made in a stranger's place */
 }
 
 Test(badinput, newer_format_is_eproto)
