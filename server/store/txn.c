@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "util/crc32c.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 static inline size_t
@@ -280,6 +281,13 @@ reserve_append(struct store_txn *tx, uint64_t reclen)
     return seg_delta(tx, st->active) ? 0 : -ENOMEM;
 }
 
+/* Digest length of a known algorithm, 0 for none or one this build does not know. */
+static size_t
+alg_len(uint8_t alg)
+{
+    return hash_len((enum dedupd_hash_alg) alg);
+}
+
 int
 store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
                     const void *buf, uint32_t len, uint64_t *chunk_id)
@@ -288,7 +296,8 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
     if (tx->broken)
         return -EIO;
     if (len == 0 || len > DEDUPD_CHUNK_MAX || hash_len > DEDUPD_HASH_MAX_LEN ||
-        (hash_len && !hash) || (hash_alg && !hash_len))
+        (hash_len && !hash) || (hash_alg && !hash_len) ||
+        (alg_len(hash_alg) && alg_len(hash_alg) != hash_len))
         return -EINVAL;
     uint64_t reclen = store_record_len(len);
     int rc = reserve_append(tx, reclen);

@@ -358,6 +358,9 @@ Test(store, bad_arguments_are_einval)
     cr_assert_eq(store_txn_begin(st, &tx), 0);
     cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, buf, 0, &id), -EINVAL);
     cr_assert_eq(store_txn_add_chunk(tx, 1, NULL, 32, buf, 16, &id), -EINVAL);
+    uint8_t h[32] = {0};
+    cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_SHA256, h, 16, buf, 16, &id), -EINVAL);
+    cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_XXH3_128, h, 16, buf, 16, &id), 0);
     cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, buf, 16, &id), 0); /* no hash: fine */
     cr_assert_eq(store_txn_map_set(tx, 1, 0, 777), -ENOENT);
     store_txn_abort(tx);
