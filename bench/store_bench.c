@@ -122,8 +122,8 @@ run(const char *dir, uint32_t chunk, uint64_t total, unsigned per_txn, uint64_t 
     double mib = (double) (n * chunk) / (1 << 20);
     printf("chunk %6u B  txn %3u  %7" PRIu64 " chunks  put %8.1f MiB/s %9.0f chunks/s  "
            "get %8.1f MiB/s %9.0f chunks/s  meta %6.1f B/chunk  segments %.3f B/B\n",
-           chunk, per_txn, n, mib / t_put, (double) n / t_put, mib / t_get,
-           (double) n / t_get, s.chunks ? (double) s.meta_bytes / (double) s.chunks : 0.0,
+           chunk, per_txn, n, mib / t_put, (double) n / t_put, mib / t_get, (double) n / t_get,
+           s.chunks ? (double) s.meta_bytes / (double) s.chunks : 0.0,
            (double) s.disk_bytes / (double) (n * chunk));
     free(buf);
     free(order);
@@ -140,8 +140,8 @@ main(int argc, char **argv)
     uint32_t chunks[8];
     int nchunks = 0;
     static const struct option longopts[] = {
-        {"dir", required_argument, NULL, 'd'},   {"mib", required_argument, NULL, 'm'},
-        {"chunk", required_argument, NULL, 'c'}, {"txn", required_argument, NULL, 't'},
+        {"dir", required_argument, NULL, 'd'},     {"mib", required_argument, NULL, 'm'},
+        {"chunk", required_argument, NULL, 'c'},   {"txn", required_argument, NULL, 't'},
         {"seg-mib", required_argument, NULL, 's'}, {NULL, 0, NULL, 0},
     };
     int c;

@@ -48,8 +48,8 @@ meta_batch_bytes(const struct meta_batch *b)
 }
 
 static void
-append(struct meta_batch *b, int op, enum meta_cf cf, const void *key, size_t klen,
-       const void *val, size_t vlen)
+append(struct meta_batch *b, int op, enum meta_cf cf, const void *key, size_t klen, const void *val,
+       size_t vlen)
 {
     size_t need = ENTRY_HDR + klen + vlen;
     if (b->oom)
@@ -80,8 +80,8 @@ append(struct meta_batch *b, int op, enum meta_cf cf, const void *key, size_t kl
 }
 
 void
-meta_batch_put(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen,
-               const void *val, size_t vlen)
+meta_batch_put(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen, const void *val,
+               size_t vlen)
 {
     append(b, OP_PUT, cf, key, klen, val, vlen);
 }
@@ -90,6 +90,28 @@ void
 meta_batch_delete(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen)
 {
     append(b, OP_DELETE, cf, key, klen, NULL, 0);
+}
+
+int
+meta_batch_find(const struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen,
+                void *val, size_t cap, size_t *vlen)
+{
+    int found = -ENOENT;
+    for (size_t off = 0; off < b->len;) {
+        const unsigned char *p = b->buf + off;
+        uint32_t kl, vl;
+        memcpy(&kl, p + 2, 4);
+        memcpy(&vl, p + 6, 4);
+        if (p[1] == (unsigned char) cf && kl == klen && memcmp(p + ENTRY_HDR, key, klen) == 0) {
+            found = p[0] == OP_PUT;
+            if (found) {
+                memcpy(val, p + ENTRY_HDR + kl, vl < cap ? vl : cap);
+                *vlen = vl;
+            }
+        }
+        off += ENTRY_HDR + kl + vl;
+    }
+    return found;
 }
 
 int

@@ -25,15 +25,15 @@
 #include "meta/internal.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <unistd.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dedupd/version.h"
 #include "meta/keys.h"
@@ -98,8 +98,8 @@ make_options(struct meta *m, uint64_t cache_bytes)
     m->ropts = rocksdb_readoptions_create();
     m->wopts = rocksdb_writeoptions_create();
     m->fopts = rocksdb_flushoptions_create();
-    if (!m->cache || !m->table_opts || !m->db_opts || !m->cf_opts || !m->hash_opts ||
-        !m->ropts || !m->wopts || !m->fopts)
+    if (!m->cache || !m->table_opts || !m->db_opts || !m->cf_opts || !m->hash_opts || !m->ropts ||
+        !m->wopts || !m->fopts)
         return -ENOMEM;
 
     rocksdb_block_based_options_set_block_cache(m->table_opts, m->cache);
@@ -167,8 +167,7 @@ check_cf_list(struct meta *m, const char *dir)
     size_t n = 0;
     char **names = rocksdb_list_column_families(m->db_opts, dir, &n, &err);
     if (err) {
-        log_err("meta: %s: not a readable RocksDB database (%s); refusing to touch it", dir,
-                err);
+        log_err("meta: %s: not a readable RocksDB database (%s); refusing to touch it", dir, err);
         free(err);
         if (names)
             rocksdb_list_column_families_destroy(names, n);
@@ -183,7 +182,8 @@ check_cf_list(struct meta *m, const char *dir)
                 break;
         if (j > META_CF__COUNT) {
             log_err("meta: %s: unknown column family '%s': not a dedupd database; refusing "
-                    "to touch it", dir, names[i]);
+                    "to touch it",
+                    dir, names[i]);
             rc = -EPROTO;
             break;
         }
@@ -192,7 +192,8 @@ check_cf_list(struct meta *m, const char *dir)
     for (int j = 1; rc == 0 && j <= META_CF__COUNT; j++) {
         if (!seen[j]) {
             log_err("meta: %s: column family '%s' missing: not a dedupd database; refusing "
-                    "to touch it", dir, cf_names[j]);
+                    "to touch it",
+                    dir, cf_names[j]);
             rc = -EPROTO;
         }
     }
@@ -219,7 +220,8 @@ read_format(struct meta *m, const char *dir)
     uint32_t ver = (uint32_t) v[0] << 24 | (uint32_t) v[1] << 16 | (uint32_t) v[2] << 8 | v[3];
     if (ver == 0 || ver > DEDUPD_FORMAT_VERSION) {
         log_err("meta: %s: format version %" PRIu32 " but this dedupd reads up to %d; "
-                "refusing to touch it", dir, ver, DEDUPD_FORMAT_VERSION);
+                "refusing to touch it",
+                dir, ver, DEDUPD_FORMAT_VERSION);
         return -EPROTO;
     }
     return 0;
@@ -234,8 +236,7 @@ open_db(struct meta *m, const char *dir, bool ro, bool fresh)
     rocksdb_options_set_create_missing_column_families(m->db_opts, fresh);
     if (ro)
         m->db = rocksdb_open_for_read_only_column_families(
-            m->db_opts, dir, META_CF__COUNT + 1, cf_names, cf_option_array(m, arr), m->cf, 0,
-            &err);
+            m->db_opts, dir, META_CF__COUNT + 1, cf_names, cf_option_array(m, arr), m->cf, 0, &err);
     else
         m->db = rocksdb_open_column_families(m->db_opts, dir, META_CF__COUNT + 1, cf_names,
                                              cf_option_array(m, arr), m->cf, &err);
@@ -340,7 +341,8 @@ meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out)
         }
         if (rc == 1) {
             log_err("meta: %s: directory is not empty and holds no RocksDB database; "
-                    "refusing to touch it", db_dir);
+                    "refusing to touch it",
+                    db_dir);
             rc = -EPROTO;
             goto fail;
         }
@@ -381,10 +383,14 @@ meta_close(struct meta *m)
     if (!m)
         return;
     if (m->db && !m->read_only) {
-        char *err = NULL;
-        rocksdb_flush_wal(m->db, 1, &err);
-        if (err)
-            rdb_err("flush wal at close", NULL, err);
+        /* Through the hook: if the data the WAL references cannot be made durable (the
+         * store's segments failed to sync), the WAL must not be either. XXX: rocksdb_close
+         * still writes its WAL buffer to the file (not fsynced) on its own; the C API has
+         * no way to drop it, so after such an I/O failure a later power loss could keep
+         * batches whose segment bytes are gone (recovery's lost-chunk path handles it). */
+        int rc = meta_sync(m);
+        if (rc)
+            log_err("meta: close: the write-ahead log was not synced: %s", strerror(-rc));
     }
     close_db(m);
     free_options(m);

@@ -53,6 +53,11 @@ void meta_batch_put(struct meta_batch *b, enum meta_cf cf, const void *key, size
 void meta_batch_delete(struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen);
 size_t meta_batch_count(const struct meta_batch *b);
 size_t meta_batch_bytes(const struct meta_batch *b); /* encoded size, for flush pacing */
+/* The last change b makes to key in cf: 1 for a put (its value copied to val, up to cap
+ * bytes; *vlen = its length), 0 for a delete, -ENOENT if b does not touch the key. Scans
+ * the whole batch: for rare checks, not per entry. */
+int meta_batch_find(const struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen,
+                    void *val, size_t cap, size_t *vlen);
 /* Writes the batch atomically; b stays the caller's. With sync the WAL is fsynced first. */
 int meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync);
 

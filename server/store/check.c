@@ -50,14 +50,18 @@ struct ck {
     struct seg_sum {
         uint32_t id;
         uint64_t live;
-    } *segsum;
+    } * segsum;
     size_t nsegsum;
-    struct store_export_count *exp;
+    struct ck_export {
+        uint32_t export_id;
+        uint64_t mapped;   /* counted in map */
+        uint64_t recorded; /* 1 + the recorded count, 0 if none */
+    } * exp;
     size_t nexp, expcap;
+    struct meta_iter *meta_it;
 };
 
-static void __attribute__((format(printf, 2, 3)))
-finding(struct ck *c, const char *fmt, ...)
+static void __attribute__((format(printf, 2, 3))) finding(struct ck *c, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
@@ -129,7 +133,7 @@ segsum(struct ck *c, uint32_t id)
     return NULL;
 }
 
-static struct store_export_count *
+static struct ck_export *
 exp_slot(struct ck *c, uint32_t id)
 {
     for (size_t i = 0; i < c->nexp; i++)
@@ -137,7 +141,7 @@ exp_slot(struct ck *c, uint32_t id)
             return &c->exp[i];
     if (c->nexp == c->expcap) {
         size_t cap = c->expcap ? c->expcap * 2 : 8;
-        struct store_export_count *n = realloc(c->exp, cap * sizeof(*n));
+        struct ck_export *n = realloc(c->exp, cap * sizeof(*n));
         if (!n)
             return NULL;
         c->exp = n;
@@ -145,6 +149,7 @@ exp_slot(struct ck *c, uint32_t id)
     }
     c->exp[c->nexp].export_id = id;
     c->exp[c->nexp].mapped = 0;
+    c->exp[c->nexp].recorded = 0;
     return &c->exp[c->nexp++];
 }
 
@@ -178,7 +183,9 @@ pass_chunks(struct ck *c, struct meta_iter *it, struct meta_iter *rev)
             finding(c, "malformed chunk entry (key %zu bytes, value %zu bytes)", kl, vl);
             continue;
         }
-        struct ck_chunk e = {.id = id, .refs = r.refs, .seg = r.seg,
+        struct ck_chunk e = {.id = id,
+                             .refs = r.refs,
+                             .seg = r.seg,
                              .reclen = (uint32_t) store_record_len(r.stored_len)};
         rc = tab_add(c, &e);
         c->want.chunks++;
@@ -230,8 +237,10 @@ pass_map(struct ck *c, struct meta_iter *it)
         }
         struct ck_chunk *ch = id ? tab_find(c, id) : NULL;
         if (!ch) {
-            finding(c, "export %" PRIu32 " chunk %" PRIu64 ": names chunk %" PRIu64
-                    " which does not exist", e, idx, id);
+            finding(c,
+                    "export %" PRIu32 " chunk %" PRIu64 ": names chunk %" PRIu64
+                    " which does not exist",
+                    e, idx, id);
             if (c->repair) {
                 meta_batch_delete(c->b, META_CF_MAP, k, kl);
                 c->res->repaired++;
@@ -239,7 +248,7 @@ pass_map(struct ck *c, struct meta_iter *it)
             continue;
         }
         ch->counted++;
-        struct store_export_count *x = exp_slot(c, e);
+        struct ck_export *x = exp_slot(c, e);
         if (!x)
             return -ENOMEM;
         x->mapped++;
@@ -286,8 +295,9 @@ pass_refs(struct ck *c, struct meta_iter *chunks)
         if (!e->id)
             continue;
         if (e->refs != e->counted) {
-            finding(c, "chunk %" PRIu64 ": refcount %" PRIu64 " but %" PRIu64
-                    " map entries name it", e->id, e->refs, e->counted);
+            finding(c,
+                    "chunk %" PRIu64 ": refcount %" PRIu64 " but %" PRIu64 " map entries name it",
+                    e->id, e->refs, e->counted);
             if (c->repair) {
                 if (e->counted == 0) {
                     free_in_repair(c, e->id, chunks);
@@ -333,8 +343,10 @@ pass_rev(struct ck *c, struct meta_iter *it)
         }
         struct ck_chunk *ch = tab_find(c, id);
         if (!ch || ch->seg != seg) {
-            finding(c, "rev seg %" PRIu32 " off %" PRIu64 ": names chunk %" PRIu64
-                    " which does not live there", seg, off, id);
+            finding(c,
+                    "rev seg %" PRIu32 " off %" PRIu64 ": names chunk %" PRIu64
+                    " which does not live there",
+                    seg, off, id);
             if (c->repair) {
                 meta_batch_delete(c->b, META_CF_REV, k, kl);
                 c->res->repaired++;
@@ -370,8 +382,9 @@ pass_hash(struct ck *c, struct meta_iter *it, struct meta_iter *chunks)
                 ok = false;
         }
         if (!ok) {
-            finding(c, "hash entry (alg %u) names chunk %" PRIu64
-                    ", which is not live with that hash", kl ? k[0] : 0, id);
+            finding(c,
+                    "hash entry (alg %u) names chunk %" PRIu64 ", which is not live with that hash",
+                    kl ? k[0] : 0, id);
             if (c->repair) {
                 meta_batch_delete(c->b, META_CF_HASH, k, kl);
                 c->res->repaired++;
@@ -383,16 +396,16 @@ pass_hash(struct ck *c, struct meta_iter *it, struct meta_iter *chunks)
 }
 
 static void
-pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
-              const struct store_seg *copies)
+pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs, const struct store_seg *copies)
 {
     struct store *st = c->st;
     struct store_counters *h = &c->cnt, *w = &c->want;
     if (h->chunks != w->chunks || h->shared != w->shared || h->raw_bytes != w->raw_bytes ||
         h->stored_bytes != w->stored_bytes || h->next_id < w->next_id) {
-        finding(c, "counters: chunks %" PRIu64 "/%" PRIu64 " shared %" PRIu64 "/%" PRIu64
-                " raw %" PRIu64 "/%" PRIu64 " stored %" PRIu64 "/%" PRIu64
-                " next id %" PRIu64 "/%" PRIu64 " (recorded/recomputed)",
+        finding(c,
+                "counters: chunks %" PRIu64 "/%" PRIu64 " shared %" PRIu64 "/%" PRIu64
+                " raw %" PRIu64 "/%" PRIu64 " stored %" PRIu64 "/%" PRIu64 " next id %" PRIu64
+                "/%" PRIu64 " (recorded/recomputed)",
                 h->chunks, w->chunks, h->shared, w->shared, h->raw_bytes, w->raw_bytes,
                 h->stored_bytes, w->stored_bytes, h->next_id, w->next_id);
         if (c->repair) {
@@ -405,23 +418,43 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
     for (size_t i = 0; i < nsegs; i++) {
         struct seg_sum *ss = segsum(c, copies[i].id);
         if (ss && ss->live != copies[i].live) {
-            finding(c, "seg %" PRIu32 ": %" PRIu64 " live bytes recorded, %" PRIu64
-                    " recomputed", copies[i].id, copies[i].live, ss->live);
+            finding(c, "seg %" PRIu32 ": %" PRIu64 " live bytes recorded, %" PRIu64 " recomputed",
+                    copies[i].id, copies[i].live, ss->live);
             if (c->repair && segs) {
                 uint64_t total = segs[i]->live + segs[i]->dead;
                 segs[i]->live = ss->live;
-                segs[i]->dead = total > ss->live ? total - ss->live : 0;
+                store__seg_set_dead(segs[i], total > ss->live ? total - ss->live : 0);
                 store__seg_put_meta(st, c->b, segs[i]);
                 c->res->repaired++;
             }
         }
     }
+    /* Recorded per-export counts from the same snapshot; an export with a count but no map
+     * entry left is counted as 0 (exp_slot adds it). */
+    size_t plen = strlen(STORE_META_EXPORT);
+    for (meta_iter_seek(c->meta_it, STORE_META_EXPORT, plen); meta_iter_valid(c->meta_it);
+         meta_iter_next(c->meta_it)) {
+        size_t kl, vl;
+        const uint8_t *k = meta_iter_key(c->meta_it, &kl);
+        const uint8_t *v = meta_iter_value(c->meta_it, &vl);
+        uint32_t id;
+        if (kl < plen || memcmp(k, STORE_META_EXPORT, plen))
+            break;
+        if (meta_key_export_decode(k + plen, kl - plen, &id) || vl != 8)
+            continue;
+        uint64_t rec = 0;
+        for (int i = 0; i < 8; i++)
+            rec = rec << 8 | v[i];
+        struct ck_export *x = exp_slot(c, id);
+        if (x)
+            x->recorded = rec + 1; /* +1: "seen"; 0 means no recorded count */
+    }
     for (size_t i = 0; i < c->nexp; i++) {
-        uint64_t have = 0;
-        if (store__export_count_get(st, c->exp[i].export_id, &have) == 0 &&
-            have != c->exp[i].mapped) {
-            finding(c, "export %" PRIu32 ": %" PRIu64 " mapped chunks recorded, %" PRIu64
-                    " counted", c->exp[i].export_id, have, c->exp[i].mapped);
+        uint64_t have = c->exp[i].recorded ? c->exp[i].recorded - 1 : 0;
+        if (have != c->exp[i].mapped) {
+            finding(c,
+                    "export %" PRIu32 ": %" PRIu64 " mapped chunks recorded, %" PRIu64 " counted",
+                    c->exp[i].export_id, have, c->exp[i].mapped);
             if (c->repair) {
                 store__export_put(c->b, c->exp[i].export_id, c->exp[i].mapped);
                 store__export_count_set(st, c->exp[i].export_id, c->exp[i].mapped);
@@ -432,12 +465,16 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
 }
 
 int
-store_check(struct store *st, bool repair, store_progress_fn progress,
-            store_finding_fn finding_fn, void *arg, struct store_check_result *out)
+store_check(struct store *st, bool repair, store_progress_fn progress, store_finding_fn finding_fn,
+            void *arg, struct store_check_result *out)
 {
     struct store_check_result res = {0};
-    struct ck c = {.st = st, .repair = repair && !st->opt.read_only, .progress = progress,
-                   .finding = finding_fn, .arg = arg, .res = &res};
+    struct ck c = {.st = st,
+                   .repair = repair && !st->opt.read_only,
+                   .progress = progress,
+                   .finding = finding_fn,
+                   .arg = arg,
+                   .res = &res};
     if (repair && st->opt.read_only)
         return -EROFS;
     struct meta_iter *it[6] = {0};
@@ -451,20 +488,23 @@ store_check(struct store *st, bool repair, store_progress_fn progress,
     it[2] = meta_iter_new(st->meta, META_CF_MAP);
     it[3] = meta_iter_new(st->meta, META_CF_HASH);
     it[4] = meta_iter_new(st->meta, META_CF_CHUNK);
+    it[5] = meta_iter_new(st->meta, META_CF_META);
+    c.meta_it = it[5];
     c.cnt = st->cnt;
     size_t nsegs = st->nsegs;
     copies = calloc(nsegs + 1, sizeof(*copies));
     c.segsum = calloc(nsegs + 1, sizeof(*c.segsum));
     if (copies && c.segsum) {
         for (size_t i = 0; i < nsegs; i++) {
-            copies[i] = *st->segs[i];
+            copies[i].id = st->segs[i]->id; /* only the fields commit_lock guards */
+            copies[i].live = st->segs[i]->live;
             c.segsum[i].id = st->segs[i]->id;
         }
         c.nsegsum = nsegs;
     }
     if (!c.repair)
         pthread_mutex_unlock(&st->commit_lock);
-    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4])
+    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4] || !it[5])
         goto out;
     rc = pass_chunks(&c, it[0], it[1]);
     if (rc == 0)

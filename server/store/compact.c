@@ -137,8 +137,8 @@ copy_live(struct pass *p, struct store_seg *sg, uint64_t *bad)
             r = -EUCLEAN;
         if (r) {
             log_err("store: compaction: seg %" PRIu32 " off %" PRIu64 " (chunk %" PRIu64
-                    "): %s; record left in place", sg->id, off, id,
-                    r == -EUCLEAN ? "corrupt record" : strerror(-r));
+                    "): %s; record left in place",
+                    sg->id, off, id, r == -EUCLEAN ? "corrupt record" : strerror(-r));
             (*bad)++;
             continue;
         }
@@ -164,8 +164,8 @@ finish_segment(struct pass *p, struct store_seg *sg)
     pthread_mutex_lock(&st->commit_lock);
     if (sg->live != 0) {
         pthread_mutex_unlock(&st->commit_lock);
-        log_warn("store: compaction: seg %" PRIu32 " still has %" PRIu64
-                 " live bytes; kept", sg->id, sg->live);
+        log_warn("store: compaction: seg %" PRIu32 " still has %" PRIu64 " live bytes; kept",
+                 sg->id, sg->live);
         return 0;
     }
     /* Belt and braces: the accounting says nothing lives here; the rev CF must agree
@@ -190,7 +190,8 @@ finish_segment(struct pass *p, struct store_seg *sg)
     if (occupied) {
         pthread_mutex_unlock(&st->commit_lock);
         log_err("store: compaction: seg %" PRIu32 " has no live bytes by its accounting but "
-                "still holds indexed records; kept (run check)", sg->id);
+                "still holds indexed records; kept (run check)",
+                sg->id);
         return 0;
     }
     /* The new copies and their index entries must be durable before the old copy goes. */
@@ -221,8 +222,7 @@ finish_segment(struct pass *p, struct store_seg *sg)
         meta_batch_delete(b, META_CF_META, key, sizeof(key));
         rc = meta_batch_commit(st->meta, b, false);
         meta_batch_clear(b);
-        log_info("store: compaction: seg %" PRIu32 " removed (%" PRIu64 " bytes)", sg->id,
-                 size);
+        log_info("store: compaction: seg %" PRIu32 " removed (%" PRIu64 " bytes)", sg->id, size);
         store__seg_remove(st, sg);
         pthread_mutex_lock(&st->stat_lock);
         st->compactions++;
@@ -285,8 +285,8 @@ run_pass(struct pass *p, bool force)
     }
     if (n)
         log_info("store: compaction pass: %" PRIu64 " segments removed, %" PRIu64
-                 " bytes moved, %" PRIu64 " bytes reclaimed", p->res.segments_compacted,
-                 p->res.bytes_moved, p->res.bytes_reclaimed);
+                 " bytes moved, %" PRIu64 " bytes reclaimed",
+                 p->res.segments_compacted, p->res.bytes_moved, p->res.bytes_reclaimed);
     free(p->buf);
     free(p->mv);
     free(ids);

@@ -29,17 +29,17 @@ int store__io_mkdir_p(const char *path);
 struct store_seg {
     uint32_t id;
     int fd;
-    int refs;       /* the table's reference + readers'; seg_lock */
-    bool removed;   /* no longer in the table: closed when refs reaches 0 */
+    int refs;     /* the table's reference + readers'; seg_lock */
+    bool removed; /* no longer in the table: closed when refs reaches 0 */
     /* Below: commit_lock. */
-    uint64_t size;    /* bytes appended (the append position of the active segment) */
-    uint64_t synced;  /* bytes made durable by fdatasync */
-    uint64_t live;    /* record bytes of live chunks */
-    uint64_t dead;    /* record bytes of freed or never-indexed records */
+    uint64_t size;   /* bytes appended (the append position of the active segment) */
+    uint64_t synced; /* bytes made durable by fdatasync */
+    uint64_t live;   /* record bytes of live chunks */
+    uint64_t dead;   /* record bytes of freed or never-indexed records */
     bool sealed;
-    bool dirty;       /* accounting changed since its meta entry was last written */
-    bool has_entry;   /* recovery only: a `seg:` entry exists */
-    int unsynced;     /* atomic: written since the last fdatasync began (for the WAL hook) */
+    bool dirty;     /* accounting changed since its meta entry was last written */
+    bool has_entry; /* recovery only: a `seg:` entry exists */
+    int unsynced;   /* atomic: written since the last fdatasync began (for the WAL hook) */
 };
 
 /* The persisted global counters ("counters" key in the meta CF). */
@@ -47,14 +47,14 @@ struct store_counters {
     uint64_t chunks, shared, raw_bytes, stored_bytes, next_id;
 };
 
-struct txn_chunk {   /* overlay entry: one chunk touched by the transaction */
-    uint64_t id;     /* 0 = empty slot */
+struct txn_chunk {             /* overlay entry: one chunk touched by the transaction */
+    uint64_t id;               /* 0 = empty slot */
     struct meta_chunk_rec rec; /* as loaded (or as appended, for new chunks) */
     int64_t delta;
     bool is_new;
 };
 
-struct txn_map {     /* overlay entry: one map key set by the transaction */
+struct txn_map { /* overlay entry: one map key set by the transaction */
     uint32_t export_id;
     bool used;
     uint64_t chunk_idx;
@@ -66,7 +66,7 @@ struct txn_export {
     int64_t delta;
 };
 
-struct txn_seg {     /* accounting change of one segment */
+struct txn_seg { /* accounting change of one segment */
     struct store_seg *sg;
     int64_t d_live, d_dead;
 };
@@ -91,6 +91,10 @@ struct store_txn {
     /* Appended records not yet written: one pwrite at commit (or at a seal). */
     uint8_t *wbuf;
     size_t wlen, wcap;
+    /* Fingerprints of the hashes of this transaction's new chunks, built at commit, so a
+     * free only scans the batch when the hash back-end may have put the same hash key. */
+    uint64_t *fp;
+    size_t fp_cap, fp_mask;
     uint64_t woff; /* offset in the active segment of wbuf[0] */
     bool broken;   /* an append failed: only abort is allowed */
     bool active;
@@ -118,25 +122,25 @@ struct store {
     struct store_seg **segs; /* sorted by id; seg_lock (readers) + commit_lock (writers) */
     size_t nsegs, segs_cap;
     struct store_seg *active;
-    int dir_dirty;  /* atomic: a segment file was created or removed since the last sync */
-    bool opened;    /* open completed: close may sync */
+    int dir_dirty; /* atomic: a segment file was created or removed since the last sync */
+    bool opened;   /* open completed: close may sync */
 
-    struct store_counters cnt;            /* commit_lock (writes), stat_lock (reads) */
-    struct store_export_count *exports;   /* stat_lock; loaded lazily */
+    struct store_counters cnt;          /* commit_lock (writes), stat_lock (reads) */
+    struct store_export_count *exports; /* stat_lock; loaded lazily */
     size_t nexports, exports_cap;
     uint64_t compactions;
 
-    struct store_txn txn; /* the one transaction: reused under commit_lock */
-    uint64_t wal_unflushed;  /* batch bytes since the last WAL flush */
-    uint64_t mem_unpolled;   /* batch bytes since the last memtable size poll */
+    struct store_txn txn;   /* the one transaction: reused under commit_lock */
+    uint64_t wal_unflushed; /* batch bytes since the last WAL flush */
+    uint64_t mem_unpolled;  /* batch bytes since the last memtable size poll */
 
     /* compaction thread */
     pthread_t compact_thread;
     bool compact_running;
-    pthread_mutex_t compact_mu;   /* guards compact_stop; compact_cv waits on it */
+    pthread_mutex_t compact_mu; /* guards compact_stop; compact_cv waits on it */
     pthread_cond_t compact_cv;
     bool compact_stop;
-    pthread_mutex_t compact_run;  /* one compaction pass at a time (taken before commit_lock) */
+    pthread_mutex_t compact_run; /* one compaction pass at a time (taken before commit_lock) */
 };
 
 /* segment.c */
@@ -149,10 +153,26 @@ void store__seg_remove(struct store *st, struct store_seg *sg);
 void store__seg_close_all(struct store *st);
 void store__seg_path(const struct store *st, uint32_t id, char *buf, size_t cap);
 void store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg);
-int store__seg_sync_all(struct store *st); /* commit_lock: fdatasync segments, dir */
-int store__seg_sync_dir(struct store *st);  /* any thread */
+/* The same with live/dead adjusted by deltas not yet applied (a commit's batch). */
+void store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int64_t d_live,
+                               int64_t d_dead);
+/* size and dead are written under commit_lock but read by store_stats without it: writers
+ * store them atomically so those reads are not data races. */
+static inline void
+store__seg_set_size(struct store_seg *sg, uint64_t v)
+{
+    __atomic_store_n(&sg->size, v, __ATOMIC_RELAXED);
+}
+
+static inline void
+store__seg_set_dead(struct store_seg *sg, uint64_t v)
+{
+    __atomic_store_n(&sg->dead, v, __ATOMIC_RELAXED);
+}
+int store__seg_sync_all(struct store *st);   /* commit_lock: fdatasync segments, dir */
+int store__seg_sync_dir(struct store *st);   /* any thread */
 int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hook() */
-int store__seal_active(struct store *st);  /* commit_lock */
+int store__seal_active(struct store *st);    /* commit_lock */
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
                        struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);
 /* Reads the whole record at off (header + stored bytes) into buf and verifies it; *len
@@ -172,11 +192,11 @@ int store__sync_locked(struct store *st);                  /* commit_lock */
 /* txn.c */
 int store__txn_init(struct store_txn *tx, struct store *st);
 void store__txn_fini(struct store_txn *tx);
-struct store_move {  /* one record compaction wants to copy */
-    uint64_t off;     /* in the source segment */
-    uint64_t id;      /* chunk id the rev entry named */
-    uint64_t len;     /* record bytes (header + stored) */
-    size_t buf_off;   /* where the record's bytes are in the caller's buffer */
+struct store_move { /* one record compaction wants to copy */
+    uint64_t off;   /* in the source segment */
+    uint64_t id;    /* chunk id the rev entry named */
+    uint64_t len;   /* record bytes (header + stored) */
+    size_t buf_off; /* where the record's bytes are in the caller's buffer */
 };
 int store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
                         size_t n, const uint8_t *buf, uint64_t *moved);

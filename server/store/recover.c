@@ -92,14 +92,14 @@ load_seg_entries(struct store *st, struct meta_batch *b)
         }
         uint32_t id = (uint32_t) k[plen] << 24 | (uint32_t) k[plen + 1] << 16 |
                       (uint32_t) k[plen + 2] << 8 | k[plen + 3];
-        uint64_t size = rd64(v + 1), synced = rd64(v + 9), live = rd64(v + 17),
-                 dead = rd64(v + 25);
+        uint64_t size = rd64(v + 1), synced = rd64(v + 9), live = rd64(v + 17), dead = rd64(v + 25);
         struct store_seg *sg = store__seg_find(st, id);
         if (!sg && live && synced == 0 && !st->opt.read_only) {
             /* Never synced: its name may not have reached the disk. Nothing in it was
              * promised durable, so its chunks are checked (and found lost) below. */
             log_warn("store: seg %" PRIu32 ": file missing but never synced; its chunks "
-                     "will be dropped", id);
+                     "will be dropped",
+                     id);
             rc = store__seg_create(st, id, &sg);
             if (rc)
                 break;
@@ -118,10 +118,11 @@ load_seg_entries(struct store *st, struct meta_batch *b)
         if (sg->size < synced) {
             /* Synced bytes cannot vanish in a crash: someone cut or replaced the file. */
             log_err("store: seg %" PRIu32 ": file is %" PRIu64 " bytes but %" PRIu64
-                    " bytes of it were synced: truncated or replaced; %s", id, sg->size,
-                    synced, st->opt.read_only ? "reads past its end will fail"
-                                              : "refusing to open read-write (open it "
-                                                "read-only to check and scrub)");
+                    " bytes of it were synced: truncated or replaced; %s",
+                    id, sg->size, synced,
+                    st->opt.read_only ? "reads past its end will fail"
+                                      : "refusing to open read-write (open it "
+                                        "read-only to check and scrub)");
             if (!st->opt.read_only) {
                 rc = -EUCLEAN;
                 break;
@@ -133,12 +134,13 @@ load_seg_entries(struct store *st, struct meta_batch *b)
         sg->has_entry = true;
         if (sg->size > size) {
             log_info("store: seg %" PRIu32 ": %" PRIu64 " bytes of unindexed tail after %" PRIu64
-                     "; truncating", id, sg->size - size, size);
+                     "; truncating",
+                     id, sg->size - size, size);
             sg->dirty = true;
         } else if (sg->size < size) {
             log_warn("store: seg %" PRIu32 ": file is %" PRIu64 " bytes but %" PRIu64
-                     " were written; checking the indexed records past it", id, sg->size,
-                     size);
+                     " were written; checking the indexed records past it",
+                     id, sg->size, size);
             sg->dirty = true;
         }
         /* From here on size is the logical end; the file is fixed below. */
@@ -203,8 +205,8 @@ verify_tail(struct store *st, struct store_seg *sg, uint64_t from, struct lost *
             r = -EUCLEAN;
         if (r == -EUCLEAN) {
             log_err("store: seg %" PRIu32 " off %" PRIu64 ": chunk %" PRIu64
-                    " was indexed but its record did not reach the disk; it is lost", seg, off,
-                    id);
+                    " was indexed but its record did not reach the disk; it is lost",
+                    seg, off, id);
             rc = lost_add(lost, id);
         } else if (r) {
             rc = r;
@@ -238,8 +240,7 @@ drop_lost(struct store *st, struct lost *lost, struct meta_batch *b)
             size_t hl = meta_key_hash_encode(hkey, r.hash_alg, r.hash, r.hash_len);
             uint64_t owner;
             ssize_t n = meta_get(st->meta, META_CF_HASH, hkey, hl, val, sizeof(val));
-            if (n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 &&
-                owner == lost->ids[i])
+            if (n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == lost->ids[i])
                 meta_batch_delete(b, META_CF_HASH, hkey, hl);
         }
         st->cnt.chunks--;
@@ -269,7 +270,8 @@ drop_lost(struct store *st, struct lost *lost, struct meta_batch *b)
             meta_key_map_decode(k, kl, &e, &idx))
             continue;
         log_err("store: export %" PRIu32 " chunk %" PRIu64 ": its data (chunk %" PRIu64
-                ") was lost in a crash before a sync; it now reads as zeros", e, idx, id);
+                ") was lost in a crash before a sync; it now reads as zeros",
+                e, idx, id);
         meta_batch_delete(b, META_CF_MAP, k, kl);
         rc = store__export_count_get(st, e, &mapped);
         if (rc)
@@ -319,16 +321,16 @@ store__recover(struct store *st)
             if (rc == 0)
                 rc = store__io->fdatasync(sg->fd);
             if (rc)
-                log_err("store: seg %" PRIu32 ": truncate to %" PRIu64 ": %s", sg->id,
-                        sg->size, strerror(-rc));
+                log_err("store: seg %" PRIu32 ": truncate to %" PRIu64 ": %s", sg->id, sg->size,
+                        strerror(-rc));
         }
         sg->synced = sg->size;
     }
     if (rc)
         goto out;
     if (lost.n) {
-        log_err("store: %s: %zu chunks indexed past the last sync were lost (power loss?)",
-                st->dir, lost.n);
+        log_err("store: %s: %zu chunks indexed past the last sync were lost (power loss?)", st->dir,
+                lost.n);
         rc = drop_lost(st, &lost, b);
         if (rc)
             goto out;

@@ -21,8 +21,8 @@ report(store_finding_fn fn, void *arg, const char *line)
 }
 
 int
-store_scrub(struct store *st, store_progress_fn progress, store_finding_fn finding,
-            void *arg, struct store_scrub_result *out)
+store_scrub(struct store *st, store_progress_fn progress, store_finding_fn finding, void *arg,
+            struct store_scrub_result *out)
 {
     struct store_scrub_result res = {0};
     struct store_progress prog = {0};
@@ -55,26 +55,26 @@ store_scrub(struct store *st, store_progress_fn progress, store_finding_fn findi
         if (n == -EUCLEAN) {
             res.crc_errors++;
             snprintf(line, sizeof(line),
-                     "chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": crc mismatch", id,
-                     r.seg, r.off);
+                     "chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": crc mismatch", id, r.seg,
+                     r.off);
             report(finding, arg, line);
         } else if (n < 0) {
             res.io_errors++;
             snprintf(line, sizeof(line),
-                     "chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read error: %s", id,
-                     r.seg, r.off, strerror((int) -n));
+                     "chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read error: %s", id, r.seg,
+                     r.off, strerror((int) -n));
             report(finding, arg, line);
         } else {
             res.bytes += (uint64_t) n;
             uint8_t h[DEDUPD_HASH_MAX_LEN];
-            if (r.hash_alg &&
-                (hash_compute((enum dedupd_hash_alg) r.hash_alg, buf, (size_t) n, h) !=
-                     r.hash_len ||
-                 memcmp(h, r.hash, r.hash_len) != 0)) {
+            if (r.hash_alg && (hash_compute((enum dedupd_hash_alg) r.hash_alg, buf, (size_t) n,
+                                            h) != r.hash_len ||
+                               memcmp(h, r.hash, r.hash_len) != 0)) {
                 res.hash_errors++;
                 snprintf(line, sizeof(line),
                          "chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64
-                         ": bytes do not match the recorded hash", id, r.seg, r.off);
+                         ": bytes do not match the recorded hash",
+                         id, r.seg, r.off);
                 report(finding, arg, line);
             }
         }
@@ -87,8 +87,8 @@ store_scrub(struct store *st, store_progress_fn progress, store_finding_fn findi
     if (rc == 0)
         rc = meta_iter_status(it);
     log_info("store: scrub: %" PRIu64 " chunks, %" PRIu64 " bytes: %" PRIu64 " crc, %" PRIu64
-             " hash, %" PRIu64 " I/O errors", res.chunks, res.bytes, res.crc_errors,
-             res.hash_errors, res.io_errors);
+             " hash, %" PRIu64 " I/O errors",
+             res.chunks, res.bytes, res.crc_errors, res.hash_errors, res.io_errors);
 out:
     meta_iter_free(it);
     free(buf);

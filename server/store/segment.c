@@ -174,8 +174,8 @@ open_one(void *arg, const char *name)
     struct store *st = arg;
     unsigned id;
     char tail[8];
-    if (strlen(name) != 16 || sscanf(name, "seg-%8u%4s", &id, tail) != 2 ||
-        strcmp(tail, ".log") || id == 0) {
+    if (strlen(name) != 16 || sscanf(name, "seg-%8u%4s", &id, tail) != 2 || strcmp(tail, ".log") ||
+        id == 0) {
         log_warn("store: %s/%s: not a segment file name; ignored", st->seg_dir, name);
         return 0;
     }
@@ -203,6 +203,13 @@ void
 store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg)
 {
     (void) st;
+    store__seg_put_meta_delta(b, sg, 0, 0);
+}
+
+void
+store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int64_t d_live,
+                          int64_t d_dead)
+{
     uint8_t key[sizeof(STORE_META_SEG) - 1 + 4], val[SEG_VAL_LEN];
     memcpy(key, STORE_META_SEG, sizeof(STORE_META_SEG) - 1);
     key[sizeof(key) - 4] = sg->id >> 24;
@@ -212,8 +219,8 @@ store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg
     val[0] = 1;
     be64(val + 1, sg->size);
     be64(val + 9, sg->synced);
-    be64(val + 17, sg->live);
-    be64(val + 25, sg->dead);
+    be64(val + 17, (uint64_t) ((int64_t) sg->live + d_live));
+    be64(val + 25, (uint64_t) ((int64_t) sg->dead + d_dead));
     val[33] = sg->sealed;
     meta_batch_put(b, META_CF_META, key, sizeof(key), val, sizeof(val));
 }
@@ -287,8 +294,7 @@ store__wal_hook(void *arg, bool before)
             if (r) {
                 __atomic_store_n(&todo[i]->unsynced, 1, __ATOMIC_SEQ_CST);
                 if (!rc)
-                    log_err("store: seg %" PRIu32 ": fdatasync: %s", todo[i]->id,
-                            strerror(-r));
+                    log_err("store: seg %" PRIu32 ": fdatasync: %s", todo[i]->id, strerror(-r));
                 rc = r;
             }
             store__seg_put(st, todo[i]);
@@ -326,8 +332,8 @@ store__seal_active(struct store *st)
  * read path's common case. 0, -EUCLEAN (corrupt or torn: logged by the caller who knows
  * the chunk), -EIO. */
 int
-store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
-                   struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len)
+store__read_record(struct store *st, struct store_seg *sg, uint64_t off, struct store_record_hdr *h,
+                   void *buf, size_t cap, uint32_t expect_len)
 {
     (void) st;
     uint8_t hb[STORE_RECORD_HDR_LEN];

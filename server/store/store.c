@@ -11,11 +11,11 @@
 
 #include "util/log.h"
 
-#define DEFAULT_SEG_BYTES     (256ULL << 20)
-#define MIN_SEG_BYTES         (64ULL << 10)
-#define WAL_FLUSH_BYTES       (8ULL << 20) /* half the in-memory WAL buffer (meta/db.c) */
-#define MEM_POLL_BYTES        (1ULL << 20)
-#define MEM_HEADROOM_BYTES    (8ULL << 20)
+#define DEFAULT_SEG_BYTES  (256ULL << 20)
+#define MIN_SEG_BYTES      (64ULL << 10)
+#define WAL_FLUSH_BYTES    (8ULL << 20) /* half the in-memory WAL buffer (meta/db.c) */
+#define MEM_POLL_BYTES     (1ULL << 20)
+#define MEM_HEADROOM_BYTES (8ULL << 20)
 
 static char *
 join(const char *a, const char *b)
@@ -60,16 +60,15 @@ store__counters_put(struct store *st, struct meta_batch *b, const struct store_c
     put_be64(v + 17, c->raw_bytes);
     put_be64(v + 25, c->stored_bytes);
     put_be64(v + 33, c->next_id);
-    meta_batch_put(b, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS), v,
-                   sizeof(v));
+    meta_batch_put(b, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS), v, sizeof(v));
 }
 
 static int
 counters_load(struct store *st)
 {
     uint8_t v[COUNTERS_LEN];
-    ssize_t n = meta_get(st->meta, META_CF_META, STORE_META_COUNTERS,
-                         strlen(STORE_META_COUNTERS), v, sizeof(v));
+    ssize_t n = meta_get(st->meta, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS),
+                         v, sizeof(v));
     if (n == -ENOENT) {
         memset(&st->cnt, 0, sizeof(st->cnt));
         st->cnt.next_id = 1;
@@ -151,13 +150,15 @@ store__export_count_get(struct store *st, uint32_t export_id, uint64_t *out)
         return n < 0 ? (int) n : -EBADMSG;
     pthread_mutex_lock(&st->stat_lock);
     /* A commit may have filled the slot meanwhile; its value is newer than ours. */
-    e = export_slot(st, export_id, true);
+    e = export_slot(st, export_id, false);
     if (!e) {
-        pthread_mutex_unlock(&st->stat_lock);
-        return -ENOMEM;
-    }
-    if (e->mapped == 0)
+        e = export_slot(st, export_id, true);
+        if (!e) {
+            pthread_mutex_unlock(&st->stat_lock);
+            return -ENOMEM;
+        }
         e->mapped = v;
+    }
     *out = e->mapped;
     pthread_mutex_unlock(&st->stat_lock);
     return 0;
@@ -249,8 +250,8 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
                     ": record corrupt (bad header, length or crc)",
                     chunk_id, r.seg, r.off);
         else if (rc)
-            log_err("store: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read: %s",
-                    chunk_id, r.seg, r.off, strerror(-rc));
+            log_err("store: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read: %s", chunk_id,
+                    r.seg, r.off, strerror(-rc));
         return rc ? rc : (ssize_t) r.raw_len;
     }
     log_err("store: chunk %" PRIu64 ": its segment is missing", chunk_id);
@@ -441,11 +442,9 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     if (!st->dir || !st->seg_dir || !st->db_dir || !lock_path)
         goto fail;
     if (!st->opt.read_only) {
-        rc = store__io_mkdir_p(st->seg_dir);
-        if (rc == 0)
-            rc = store__io_mkdir_p(st->db_dir);
+        rc = store__io_mkdir_p(st->dir);
         if (rc) {
-            log_err("store: %s: cannot create directories: %s", data_dir, strerror(-rc));
+            log_err("store: %s: cannot create the directory: %s", data_dir, strerror(-rc));
             goto fail;
         }
     }
@@ -468,6 +467,14 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     if (rc)
         goto fail;
     meta_set_wal_hook(st->meta, store__wal_hook, st);
+    /* Only now that the database is known to be ours (or was just created). */
+    if (!st->opt.read_only) {
+        rc = store__io->mkdir(st->seg_dir, 0755);
+        if (rc && rc != -EEXIST) {
+            log_err("store: %s: cannot create: %s", st->seg_dir, strerror(-rc));
+            goto fail;
+        }
+    }
     rc = store__txn_init(&st->txn, st);
     if (rc)
         goto fail;
@@ -508,9 +515,11 @@ store_close(struct store *st)
         if (rc)
             log_err("store: %s: sync at close failed: %s", st->dir, strerror(-rc));
     }
+    /* meta first: its closing WAL sync goes through the store's hook, which needs the
+     * segments still open (if they cannot be synced, the WAL is not synced either). */
+    meta_close(st->meta);
     store__seg_close_all(st);
     store__txn_fini(&st->txn);
-    meta_close(st->meta);
     if (st->lock_fd >= 0)
         store__io->close(st->lock_fd);
     pthread_mutex_destroy(&st->commit_lock);

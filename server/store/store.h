@@ -93,7 +93,9 @@ struct store_txn; /* opaque */
 int store_txn_begin(struct store *st, struct store_txn **out);
 /* Appends a record for a new chunk (refs start at 0; map_set/ref add them) and returns its
  * new, never reused id. hash may be NULL with hash_alg 0 (dedup off). -ENOSPC when the disk
- * is full (the transaction is then unusable: abort it). */
+ * is full (the transaction is then unusable: abort it). The bytes are copied; they reach the
+ * segment file at commit (one write per transaction), so -ENOSPC/-EIO may come from
+ * store_txn_commit instead. Not readable with store_chunk_read before commit. */
 int store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
                         size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id);
 /* Points (export, chunk_idx) at chunk_id, or unmaps it when chunk_id is 0; the new chunk

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "util/crc32c.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 static inline size_t
@@ -50,6 +51,7 @@ store__txn_fini(struct store_txn *tx)
     free(tx->map_used);
     free(tx->wbuf);
     free(tx->segs);
+    free(tx->fp);
     memset(tx, 0, sizeof(*tx));
 }
 
@@ -236,8 +238,8 @@ flush_wbuf(struct store_txn *tx)
     /* After the write: a WAL hook that clears the flag then syncs covers these bytes. */
     __atomic_store_n(&st->active->unsynced, 1, __ATOMIC_SEQ_CST);
     if (rc) {
-        log_err("store: seg %" PRIu32 " off %" PRIu64 ": write of %zu bytes: %s",
-                st->active->id, tx->woff, tx->wlen, strerror(-rc));
+        log_err("store: seg %" PRIu32 " off %" PRIu64 ": write of %zu bytes: %s", st->active->id,
+                tx->woff, tx->wlen, strerror(-rc));
         return rc;
     }
     tx->woff += tx->wlen;
@@ -279,15 +281,23 @@ reserve_append(struct store_txn *tx, uint64_t reclen)
     return seg_delta(tx, st->active) ? 0 : -ENOMEM;
 }
 
+/* Digest length of a known algorithm, 0 for none or one this build does not know. */
+static size_t
+alg_len(uint8_t alg)
+{
+    return hash_len((enum dedupd_hash_alg) alg);
+}
+
 int
-store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
-                    size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id)
+store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
+                    const void *buf, uint32_t len, uint64_t *chunk_id)
 {
     struct store *st = tx->st;
     if (tx->broken)
         return -EIO;
     if (len == 0 || len > DEDUPD_CHUNK_MAX || hash_len > DEDUPD_HASH_MAX_LEN ||
-        (hash_len && !hash) || (hash_alg && !hash_len))
+        (hash_len && !hash) || (hash_alg && !hash_len) ||
+        (alg_len(hash_alg) && alg_len(hash_alg) != hash_len))
         return -EINVAL;
     uint64_t reclen = store_record_len(len);
     int rc = reserve_append(tx, reclen);
@@ -329,7 +339,7 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
 
     st->cnt.next_id++;
     tx->wlen += reclen;
-    st->active->size += reclen;
+    store__seg_set_size(st->active, st->active->size + reclen);
     *chunk_id = id;
     return 0;
 }
@@ -343,8 +353,7 @@ store_txn_ref(struct store_txn *tx, uint64_t chunk_id, int64_t delta)
     int rc = chunk_entry(tx, chunk_id, &e);
     if (rc) {
         if (rc == -ENOENT)
-            log_err("store: ref %+" PRId64 " on chunk %" PRIu64 ": no such chunk", delta,
-                    chunk_id);
+            log_err("store: ref %+" PRId64 " on chunk %" PRIu64 ": no such chunk", delta, chunk_id);
         return rc;
     }
     if ((int64_t) e->rec.refs + e->delta + delta < 0) {
@@ -375,8 +384,7 @@ export_delta(struct store_txn *tx, uint32_t export_id, int64_t d)
 }
 
 int
-store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
-                  uint64_t chunk_id)
+store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id)
 {
     struct store *st = tx->st;
     bool found;
@@ -405,7 +413,8 @@ store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
     if (rc) {
         if (rc == -ENOENT)
             log_err("store: export %" PRIu32 " chunk %" PRIu64 ": map to chunk %" PRIu64
-                    " (was %" PRIu64 "): no such chunk", export_id, chunk_idx, chunk_id, old);
+                    " (was %" PRIu64 "): no such chunk",
+                    export_id, chunk_idx, chunk_id, old);
         return rc;
     }
     int64_t d = (old == 0) - (chunk_id == 0);
@@ -472,14 +481,14 @@ txn_unwind(struct store_txn *tx)
 {
     struct store *st = tx->st;
     if (tx->wlen && st->active->size == tx->woff + tx->wlen)
-        st->active->size = tx->woff;
+        store__seg_set_size(st->active, tx->woff);
     for (size_t i = 0; i < tx->nchunks; i++) {
         struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
         if (!e->is_new)
             continue;
         struct store_seg *sg = store__seg_find(st, e->rec.seg);
         if (sg && e->rec.off < sg->size) {
-            sg->dead += store_record_len(e->rec.stored_len);
+            store__seg_set_dead(sg, sg->dead + store_record_len(e->rec.stored_len));
             sg->dirty = true;
         }
     }
@@ -494,6 +503,69 @@ store_txn_abort(struct store_txn *tx)
     txn_unwind(tx);
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
+}
+
+static uint64_t
+hash_fp(uint8_t alg, const uint8_t *hash, uint8_t len)
+{
+    uint64_t v = 0;
+    memcpy(&v, hash, len < 8 ? len : 8);
+    return (v ^ alg) | 1; /* never 0: 0 marks an empty slot */
+}
+
+/* Fills tx->fp with the hash fingerprints of the transaction's new chunks. */
+static int
+build_fp(struct store_txn *tx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < tx->nchunks; i++)
+        n += tx->chunks[tx->chunk_used[i]].is_new;
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    if (cap > tx->fp_cap) {
+        uint64_t *f = realloc(tx->fp, cap * sizeof(*f));
+        if (!f)
+            return -ENOMEM;
+        tx->fp = f;
+        tx->fp_cap = cap;
+    }
+    tx->fp_mask = cap - 1;
+    memset(tx->fp, 0, cap * sizeof(*tx->fp));
+    for (size_t i = 0; i < tx->nchunks; i++) {
+        struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
+        if (!e->is_new || !e->rec.hash_alg)
+            continue;
+        uint64_t f = hash_fp(e->rec.hash_alg, e->rec.hash, e->rec.hash_len);
+        size_t j = mix64(f) & tx->fp_mask;
+        while (tx->fp[j] && tx->fp[j] != f)
+            j = (j + 1) & tx->fp_mask;
+        tx->fp[j] = f;
+    }
+    return 0;
+}
+
+static bool
+fp_has(const struct store_txn *tx, uint8_t alg, const uint8_t *hash, uint8_t len)
+{
+    uint64_t f = hash_fp(alg, hash, len);
+    for (size_t j = mix64(f) & tx->fp_mask; tx->fp[j]; j = (j + 1) & tx->fp_mask)
+        if (tx->fp[j] == f)
+            return true;
+    return false;
+}
+
+/* A new chunk nobody maps by commit: if the hash back-end put its hash entry into this
+ * batch, take it out again (invariant 2: no hash entry may name a chunk that is not live). */
+static void
+drop_new_hash(struct store_txn *tx, struct txn_chunk *e)
+{
+    uint8_t hkey[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
+    size_t hl = meta_key_hash_encode(hkey, e->rec.hash_alg, e->rec.hash, e->rec.hash_len), vl;
+    uint64_t owner;
+    if (meta_batch_find(tx->batch, META_CF_HASH, hkey, hl, val, sizeof(val), &vl) == 1 &&
+        meta_val_id_decode(val, vl, &owner) == 0 && owner == e->id)
+        meta_batch_delete(tx->batch, META_CF_HASH, hkey, hl);
 }
 
 static void
@@ -517,8 +589,16 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
         uint8_t hkey[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
         size_t hl = meta_key_hash_encode(hkey, e->rec.hash_alg, e->rec.hash, e->rec.hash_len);
         uint64_t owner;
+        size_t vl;
         ssize_t n = meta_get(st->meta, META_CF_HASH, hkey, hl, val, sizeof(val));
-        if (n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == e->id)
+        bool ours = n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == e->id;
+        /* The back-end may have re-pointed the key at a new chunk with the same hash in
+         * this very batch; a delete appended after that put would undo it. */
+        if (ours && fp_has(tx, e->rec.hash_alg, e->rec.hash, e->rec.hash_len) &&
+            meta_batch_find(tx->batch, META_CF_HASH, hkey, hl, val, sizeof(val), &vl) == 1 &&
+            meta_val_id_decode(val, vl, &owner) == 0 && owner != e->id)
+            ours = false;
+        if (ours)
             meta_batch_delete(tx->batch, META_CF_HASH, hkey, hl);
     }
     c->chunks--;
@@ -536,6 +616,9 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         rc = -EIO;
         goto fail;
     }
+    rc = build_fp(tx);
+    if (rc)
+        goto fail;
     for (size_t i = 0; i < tx->nchunks; i++) {
         struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
         int64_t before = (int64_t) e->rec.refs, after = before + e->delta;
@@ -551,6 +634,8 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         }
         if (e->is_new && after == 0) {
             sd->d_dead += (int64_t) reclen; /* appended but never referenced */
+            if (e->rec.hash_alg)
+                drop_new_hash(tx, e);
             continue;
         }
         if (after == 0) {
@@ -592,10 +677,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     }
     for (size_t i = 0; i < tx->nsegs; i++) {
         struct txn_seg *d = &tx->segs[i];
-        struct store_seg tmp = *d->sg;
-        tmp.live = (uint64_t) ((int64_t) tmp.live + d->d_live);
-        tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
-        store__seg_put_meta(st, tx->batch, &tmp);
+        store__seg_put_meta_delta(tx->batch, d->sg, d->d_live, d->d_dead);
     }
     store__counters_put(st, tx->batch, &c);
 
@@ -612,7 +694,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     for (size_t i = 0; i < tx->nsegs; i++) {
         struct txn_seg *d = &tx->segs[i];
         d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
-        d->sg->dead = (uint64_t) ((int64_t) d->sg->dead + d->d_dead);
+        store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
         d->sg->dirty = false;
     }
     for (size_t i = 0; i < tx->nexports; i++)
@@ -623,8 +705,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     /* The batch is committed: a pacing failure is logged and surfaces at the next sync. */
     rc = store__wal_pace(st, bytes);
     if (rc)
-        log_err("store: flushing the write-ahead log after a commit failed: %s",
-                strerror(-rc));
+        log_err("store: flushing the write-ahead log after a commit failed: %s", strerror(-rc));
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
     return 0;
@@ -636,7 +717,7 @@ fail:
             struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
             struct store_seg *sg = e->is_new ? store__seg_find(st, e->rec.seg) : NULL;
             if (sg) {
-                sg->dead += store_record_len(e->rec.stored_len);
+                store__seg_set_dead(sg, sg->dead + store_record_len(e->rec.stored_len));
                 sg->dirty = true;
             }
         }
@@ -654,8 +735,8 @@ fail:
  * already dead). *moved gets the record bytes moved. The new copies are written but not
  * synced: the caller syncs before it deletes `from`. */
 int
-store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
-                    size_t n, const uint8_t *buf, uint64_t *moved)
+store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv, size_t n,
+                    const uint8_t *buf, uint64_t *moved)
 {
     struct store_txn *tx = &st->txn;
     txn_reset(tx);
@@ -697,7 +778,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         meta_val_id_encode(rv, mv[i].id);
         meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
         tx->wlen += reclen;
-        st->active->size += reclen;
+        store__seg_set_size(st->active, st->active->size + reclen);
         seg_delta(tx, st->active)->d_live += (int64_t) reclen;
         fd = seg_delta(tx, from); /* the array may have grown */
         fd->d_live -= (int64_t) reclen;
@@ -707,10 +788,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
     if (rc == 0) {
         for (size_t i = 0; i < tx->nsegs; i++) {
             struct txn_seg *d = &tx->segs[i];
-            struct store_seg tmp = *d->sg;
-            tmp.live = (uint64_t) ((int64_t) tmp.live + d->d_live);
-            tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
-            store__seg_put_meta(st, tx->batch, &tmp);
+            store__seg_put_meta_delta(tx->batch, d->sg, d->d_live, d->d_dead);
         }
     }
     size_t bytes = meta_batch_bytes(tx->batch);
@@ -725,18 +803,18 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         for (size_t i = 0; i < tx->nsegs; i++) {
             struct txn_seg *d = &tx->segs[i];
             d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
-            d->sg->dead = (uint64_t) ((int64_t) d->sg->dead + d->d_dead);
+            store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
             d->sg->dirty = false;
         }
         rc = store__wal_pace(st, bytes);
     } else {
         /* Copies already written are dead; unwritten ones are un-reserved. */
         if (tx->wlen && st->active->size == tx->woff + tx->wlen)
-            st->active->size = tx->woff;
+            store__seg_set_size(st->active, tx->woff);
         for (size_t i = 0; i < tx->nsegs; i++) {
             struct txn_seg *d = &tx->segs[i];
             if (d->d_live > 0 && d->sg != from) {
-                d->sg->dead += (uint64_t) d->d_live;
+                store__seg_set_dead(d->sg, d->sg->dead + (uint64_t) d->d_live);
                 d->sg->dirty = true;
             }
         }

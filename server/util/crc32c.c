@@ -40,8 +40,8 @@ crc32c_sw(uint32_t crc, const void *buf, size_t len)
         memcpy(&w, p, 8); /* little-endian host assumed below (x86-64, arm64) */
         w ^= crc;
         crc = table[7][w & 0xff] ^ table[6][(w >> 8) & 0xff] ^ table[5][(w >> 16) & 0xff] ^
-              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^
-              table[2][(w >> 40) & 0xff] ^ table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
+              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^ table[2][(w >> 40) & 0xff] ^
+              table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
         p += 8;
         len -= 8;
     }

@@ -198,3 +198,65 @@ Test(db, cf_size_grows_with_data)
     cr_assert_str_eq(meta_cf_name(META_CF_HASH), "hash");
     meta_close(m);
 }
+
+Test(db, batch_find_reports_the_last_change_to_a_key)
+{
+    struct meta_batch *b = meta_batch_new();
+    char v[8];
+    size_t vl = 0;
+    cr_assert_eq(meta_batch_find(b, META_CF_HASH, "k", 1, v, sizeof(v), &vl), -ENOENT);
+    meta_batch_put(b, META_CF_HASH, "k", 1, "one", 3);
+    meta_batch_put(b, META_CF_MAP, "k", 1, "other", 5); /* same key, other CF */
+    cr_assert_eq(meta_batch_find(b, META_CF_HASH, "k", 1, v, sizeof(v), &vl), 1);
+    cr_assert_eq(vl, 3);
+    cr_assert_eq(memcmp(v, "one", 3), 0);
+    meta_batch_delete(b, META_CF_HASH, "k", 1);
+    cr_assert_eq(meta_batch_find(b, META_CF_HASH, "k", 1, v, sizeof(v), &vl), 0);
+    meta_batch_put(b, META_CF_HASH, "k", 1, "three", 5);
+    cr_assert_eq(meta_batch_find(b, META_CF_HASH, "k", 1, v, 2, &vl), 1);
+    cr_assert_eq(vl, 5);
+    cr_assert_eq(memcmp(v, "th", 2), 0);
+    cr_assert_eq(meta_batch_find(b, META_CF_HASH, "kk", 2, v, sizeof(v), &vl), -ENOENT);
+    meta_batch_free(b);
+}
+
+static int hook_calls[2];
+
+static int
+count_hook(void *arg, bool before)
+{
+    (void) arg;
+    hook_calls[before ? 0 : 1]++;
+    return 0;
+}
+
+static int
+failing_hook(void *arg, bool before)
+{
+    (void) arg;
+    if (!before)
+        hook_calls[1]++;
+    return before ? -EIO : 0;
+}
+
+Test(db, wal_hook_runs_around_syncs_asked_by_others)
+{
+    struct meta *m = open_ok(true);
+    meta_set_wal_hook(m, count_hook, NULL);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_MAP, "a", 1, "1", 1);
+    cr_assert_eq(meta_batch_commit(m, b, false), 0); /* no sync: no hook */
+    cr_assert_eq(hook_calls[0] + hook_calls[1], 0);
+    cr_assert_eq(meta_flush_wal(m, true), 0); /* the owner's raw flush: no hook */
+    cr_assert_eq(hook_calls[0] + hook_calls[1], 0);
+    cr_assert_eq(meta_batch_commit(m, b, true), 0);
+    cr_assert_eq(meta_sync(m), 0);
+    cr_assert_eq(hook_calls[0], 2);
+    cr_assert_eq(hook_calls[1], 2);
+    meta_set_wal_hook(m, failing_hook, NULL);
+    cr_assert_eq(meta_sync(m), -EIO);
+    cr_assert_eq(hook_calls[1], 2); /* no `after` call when `before` failed */
+    meta_set_wal_hook(m, NULL, NULL);
+    meta_batch_free(b);
+    meta_close(m);
+}

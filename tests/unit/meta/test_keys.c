@@ -52,8 +52,13 @@ Test(keys, hash_key_is_alg_then_hash)
 
 Test(keys, chunk_rec_round_trip_and_every_truncation_rejected)
 {
-    struct meta_chunk_rec r = {.seg = 3, .off = 1ULL << 40, .raw_len = 4096,
-                               .stored_len = 4096, .codec = 0, .hash_alg = 1, .hash_len = 32,
+    struct meta_chunk_rec r = {.seg = 3,
+                               .off = 1ULL << 40,
+                               .raw_len = 4096,
+                               .stored_len = 4096,
+                               .codec = 0,
+                               .hash_alg = 1,
+                               .hash_len = 32,
                                .refs = 123456789};
     for (int i = 0; i < 32; i++)
         r.hash[i] = (uint8_t) i;
@@ -73,8 +78,12 @@ Test(keys, chunk_rec_round_trip_and_every_truncation_rejected)
 
 Test(keys, export_rec_round_trip_and_bad_input)
 {
-    struct meta_export_rec r = {.size = 1ULL << 34, .chunk_size = 4096, .dedup = true,
-                                .read_only = false, .parent_id = 9, .created_sec = 1700000000};
+    struct meta_export_rec r = {.size = 1ULL << 34,
+                                .chunk_size = 4096,
+                                .dedup = true,
+                                .read_only = false,
+                                .parent_id = 9,
+                                .created_sec = 1700000000};
     strcpy(r.name, "disk-one");
     uint8_t v[META_EXPORT_VAL_MAX];
     size_t n = meta_export_rec_encode(v, &r);

@@ -80,7 +80,7 @@ Test(badinput, truncated_segment_is_refused_untouched_and_readable_read_only)
     ro.read_only = true;
     cr_assert_eq(store_open(dir, &ro, &st), 0);
     uint8_t buf[4096];
-    cr_assert_eq(store_chunk_read(st, ids[0], buf, sizeof(buf)), 4096); /* before the cut */
+    cr_assert_eq(store_chunk_read(st, ids[0], buf, sizeof(buf)), 4096);      /* before the cut */
     cr_assert_eq(store_chunk_read(st, ids[14], buf, sizeof(buf)), -EUCLEAN); /* past it */
     struct store_scrub_result sr;
     cr_assert_eq(store_scrub(st, NULL, NULL, NULL, &sr), 0);
@@ -206,6 +206,9 @@ Test(badinput, foreign_database_directory_is_eproto)
     cr_assert_eq(store_open(dir, &opts, &st), -EPROTO);
     cr_assert_null(st);
     cr_assert_eq(file_size(p), 16);
+    char seg[300];
+    snprintf(seg, sizeof(seg), "%s/segments", dir);
+    cr_assert_eq(file_size(seg), -1); /* no segments directory made in a stranger's place */
 }
 
 Test(badinput, newer_format_is_eproto)

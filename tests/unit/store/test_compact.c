@@ -32,7 +32,8 @@ TestSuite(compact, .init = setup, .fini = teardown);
 static struct store *
 open_small(bool background)
 {
-    struct store_options o = {.seg_bytes = 64 << 10, .background_compaction = background,
+    struct store_options o = {.seg_bytes = 64 << 10,
+                              .background_compaction = background,
                               .compact_bytes_per_sec = 64 << 20};
     struct store *st = NULL;
     cr_assert_eq(store_open(dir, &o, &st), 0);

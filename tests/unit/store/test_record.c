@@ -1,8 +1,12 @@
-/* Tests server/store/record.c and server/util/crc32c.c. */
+/* Tests server/store/record.c, the record reads of segment.c, and server/util/crc32c.c. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "store/internal.h"
 #include "store/record.h"
 #include "store/store.h"
 #include "util/crc32c.h"
@@ -18,8 +22,8 @@ Test(crc32c, known_vector_and_both_paths_agree)
         uint32_t a = crc32c(0, buf + start, sizeof(buf) - start);
         cr_assert_eq(a, crc32c_sw(0, buf + start, sizeof(buf) - start));
         /* Continuation: crc of a||b from crc of a. */
-        cr_assert_eq(crc32c(crc32c(0, buf + start, 100), buf + start + 100,
-                            sizeof(buf) - start - 100), a);
+        cr_assert_eq(
+            crc32c(crc32c(0, buf + start, 100), buf + start + 100, sizeof(buf) - start - 100), a);
     }
 }
 
@@ -85,4 +89,43 @@ Test(record, out_of_range_fields_rejected_even_with_valid_crc)
     h.stored_len = 100; /* raw codec must store exactly raw_len bytes */
     store_record_encode(b, &h);
     cr_assert_eq(store_record_decode(b, sizeof(b), &d), -EBADMSG);
+}
+
+/* Every truncation point of a whole record on disk (header and body) reads as -EUCLEAN
+ * through both read paths, never as success and never past the end. */
+Test(record, every_truncation_point_of_a_record_on_disk_is_euclean)
+{
+    char path[] = "/tmp/dedupd-record-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    enum { LEN = 1000 };
+    uint8_t rec[STORE_RECORD_HDR_LEN + LEN], out[STORE_RECORD_HDR_LEN + LEN];
+    for (int i = 0; i < LEN; i++)
+        rec[STORE_RECORD_HDR_LEN + i] = (uint8_t) (i * 13);
+    struct store_record_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.codec = STORE_CODEC_RAW;
+    h.raw_len = h.stored_len = LEN;
+    h.chunk_id = 5;
+    h.data_crc = crc32c(0, rec + STORE_RECORD_HDR_LEN, LEN);
+    store_record_encode(rec, &h);
+    cr_assert_eq(pwrite(fd, rec, sizeof(rec), 0), (ssize_t) sizeof(rec));
+    struct store_seg sg = {.id = 1, .fd = fd, .refs = 1};
+    struct store_record_hdr got;
+    uint64_t len = 0;
+    cr_assert_eq(store__read_raw(&sg, 0, out, sizeof(out), &got, &len), 0);
+    cr_assert_eq(len, sizeof(rec));
+    cr_assert_eq(store__read_record(NULL, &sg, 0, &got, out, LEN, LEN), 0);
+    cr_assert_eq(memcmp(out, rec + STORE_RECORD_HDR_LEN, LEN), 0);
+    for (size_t cut = 0; cut < sizeof(rec); cut++) {
+        cr_assert_eq(ftruncate(fd, (off_t) cut), 0);
+        cr_assert_eq(store__read_raw(&sg, 0, out, sizeof(out), &got, &len), -EUCLEAN,
+                     "raw, cut %zu", cut);
+        cr_assert_eq(store__read_record(NULL, &sg, 0, &got, out, LEN, LEN), -EUCLEAN,
+                     "record, cut %zu", cut);
+        cr_assert_eq(store__read_record(NULL, &sg, 0, &got, out, LEN, 0), -EUCLEAN,
+                     "record without length hint, cut %zu", cut);
+    }
+    close(fd);
+    unlink(path);
 }

@@ -272,7 +272,7 @@ Test(store, abort_leaves_nothing_and_unreferenced_new_chunk_is_dead)
 
     cr_assert_eq(store_txn_begin(st, &tx), 0);
     uint64_t b = add(tx, 2, 4096);
-    cr_assert_gt(b, a); /* ids are never reused */
+    cr_assert_gt(b, a);                                /* ids are never reused */
     cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0); /* b never referenced */
     cr_assert_eq(store_chunk_get(st, b, &ci), -ENOENT);
     struct store_stats s;
@@ -358,8 +358,79 @@ Test(store, bad_arguments_are_einval)
     cr_assert_eq(store_txn_begin(st, &tx), 0);
     cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, buf, 0, &id), -EINVAL);
     cr_assert_eq(store_txn_add_chunk(tx, 1, NULL, 32, buf, 16, &id), -EINVAL);
+    uint8_t h[32] = {0};
+    cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_SHA256, h, 16, buf, 16, &id), -EINVAL);
+    cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_XXH3_128, h, 16, buf, 16, &id), 0);
     cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, buf, 16, &id), 0); /* no hash: fine */
     cr_assert_eq(store_txn_map_set(tx, 1, 0, 777), -ENOENT);
     store_txn_abort(tx);
+    store_close(st);
+}
+
+static void
+put_hash(struct store_txn *tx, uint64_t id)
+{
+    struct store_chunk_info ci;
+    cr_assert_eq(store_txn_chunk_get(tx, id, &ci), 0);
+    uint8_t hk[META_HASH_KEY_MAX], v[8];
+    size_t hl = meta_key_hash_encode(hk, ci.hash_alg, ci.hash, ci.hash_len);
+    meta_val_id_encode(v, id);
+    meta_batch_put(store_txn_batch(tx), META_CF_HASH, hk, hl, v, 8);
+}
+
+static int64_t
+hash_owner(struct store *st, uint64_t seed)
+{
+    uint8_t buf[4096], h[32], hk[META_HASH_KEY_MAX], v[8];
+    fill(buf, sizeof(buf), seed);
+    hash_compute(DEDUPD_HASH_SHA256, buf, sizeof(buf), h);
+    size_t hl = meta_key_hash_encode(hk, DEDUPD_HASH_SHA256, h, 32);
+    uint64_t id;
+    if (meta_get(store_meta(st), META_CF_HASH, hk, hl, v, 8) != 8)
+        return -1;
+    meta_val_id_decode(v, 8, &id);
+    return (int64_t) id;
+}
+
+Test(store, freeing_a_chunk_keeps_a_hash_entry_repointed_in_the_same_batch)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    put_hash(tx, a);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(hash_owner(st, 1), (int64_t) a);
+    /* Same bytes written again as a new chunk (say, after a verify mismatch), which the
+     * back-end indexes, while the old one is freed by the overwrite. */
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t b = add(tx, 1, 4096);
+    put_hash(tx, b);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, b), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(hash_owner(st, 1), (int64_t) b);
+    struct store_check_result cr;
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cr), 0);
+    cr_assert_eq(cr.problems, 0);
+    store_close(st);
+}
+
+Test(store, an_unmapped_new_chunk_takes_its_hash_entry_with_it)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 2, 4096);
+    put_hash(tx, a);
+    put_hash(tx, b);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, b), 0); /* a is never referenced at commit */
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(hash_owner(st, 1), -1);
+    cr_assert_eq(hash_owner(st, 2), (int64_t) b);
+    struct store_check_result cr;
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cr), 0);
+    cr_assert_eq(cr.problems, 0);
     store_close(st);
 }

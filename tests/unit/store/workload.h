@@ -11,10 +11,10 @@
 #define WL_MAX_POST 64
 
 struct wl_block {
-    uint64_t synced;          /* seed as of the last sync (0: unmapped) */
+    uint64_t synced;            /* seed as of the last sync (0: unmapped) */
     uint64_t post[WL_MAX_POST]; /* seeds written since, in order */
     unsigned npost;
-    bool overflow;            /* more than WL_MAX_POST writes since the sync */
+    bool overflow; /* more than WL_MAX_POST writes since the sync */
 };
 
 struct wl_model {
@@ -130,7 +130,9 @@ wl_verify(struct store *st, const struct wl_model *m, bool allow_zero, uint64_t 
         if (!ok && b->npost && (allow_zero || b->overflow) && got == 0)
             ok = true;
         cr_assert(ok, "block %u: holds %s (synced seed %lu, %u writes since)", i,
-                  got == (uint64_t) -1 ? "unknown bytes" : got ? "a seed" : "nothing",
+                  got == (uint64_t) -1 ? "unknown bytes"
+                  : got                ? "a seed"
+                                       : "nothing",
                   (unsigned long) b->synced, b->npost);
         now[i] = got;
     }
