@@ -424,10 +424,26 @@ meta_flush_wal(struct meta *m, bool sync)
     return 0;
 }
 
+void
+meta_set_wal_hook(struct meta *m, int (*fn)(void *arg, bool before), void *arg)
+{
+    m->wal_hook = fn;
+    m->wal_hook_arg = arg;
+}
+
 int
 meta_sync(struct meta *m)
 {
-    return meta_flush_wal(m, true);
+    if (m->read_only)
+        return 0;
+    if (!m->wal_hook)
+        return meta_flush_wal(m, true);
+    int rc = m->wal_hook(m->wal_hook_arg, true);
+    if (rc)
+        return rc;
+    rc = meta_flush_wal(m, true);
+    m->wal_hook(m->wal_hook_arg, false);
+    return rc;
 }
 
 int

@@ -18,6 +18,8 @@ struct meta {
     rocksdb_writeoptions_t *wopts;
     rocksdb_flushoptions_t *fopts;
     bool read_only;
+    int (*wal_hook)(void *arg, bool before); /* see meta_set_wal_hook() */
+    void *wal_hook_arg;
 };
 
 /* A batch is built before it meets a database (meta_batch_new takes no meta), but

@@ -64,6 +64,15 @@ int meta_sync(struct meta *m);
  * Callers must have made the segment bytes those batches reference durable first if the
  * write may reach the disk (invariant 4). 0 or -EIO. */
 int meta_flush_wal(struct meta *m, bool sync);
+/* fn(arg, true) runs before, and fn(arg, false) after, the WAL flush of every meta_sync()
+ * and meta_batch_commit(.., sync = true) — not of meta_flush_wal() — so that whoever owns
+ * data the batches reference (the store's segment files) makes it durable before the WAL
+ * that names it (invariant 4), even when the sync was asked for by someone else (the
+ * engine's catalogue), and can keep new batches out until the flush is done. It may run
+ * on any thread with any of the caller's locks held. A non-zero return of the `before`
+ * call fails the sync, and the `after` call is then not made. Set once, before other
+ * threads use m; NULL removes it. */
+void meta_set_wal_hook(struct meta *m, int (*fn)(void *arg, bool before), void *arg);
 /* Flushes every memtable to SST files and waits. Used by the store right after a segment
  * fdatasync so that RocksDB's own flush (which persists batches regardless of the WAL)
  * never writes references to segment bytes that are not yet durable. 0 or -EIO. */

@@ -52,8 +52,13 @@ struct ck {
         uint64_t live;
     } *segsum;
     size_t nsegsum;
-    struct store_export_count *exp;
+    struct ck_export {
+        uint32_t export_id;
+        uint64_t mapped;   /* counted in map */
+        uint64_t recorded; /* 1 + the recorded count, 0 if none */
+    } *exp;
     size_t nexp, expcap;
+    struct meta_iter *meta_it;
 };
 
 static void __attribute__((format(printf, 2, 3)))
@@ -129,7 +134,7 @@ segsum(struct ck *c, uint32_t id)
     return NULL;
 }
 
-static struct store_export_count *
+static struct ck_export *
 exp_slot(struct ck *c, uint32_t id)
 {
     for (size_t i = 0; i < c->nexp; i++)
@@ -137,7 +142,7 @@ exp_slot(struct ck *c, uint32_t id)
             return &c->exp[i];
     if (c->nexp == c->expcap) {
         size_t cap = c->expcap ? c->expcap * 2 : 8;
-        struct store_export_count *n = realloc(c->exp, cap * sizeof(*n));
+        struct ck_export *n = realloc(c->exp, cap * sizeof(*n));
         if (!n)
             return NULL;
         c->exp = n;
@@ -145,6 +150,7 @@ exp_slot(struct ck *c, uint32_t id)
     }
     c->exp[c->nexp].export_id = id;
     c->exp[c->nexp].mapped = 0;
+    c->exp[c->nexp].recorded = 0;
     return &c->exp[c->nexp++];
 }
 
@@ -239,7 +245,7 @@ pass_map(struct ck *c, struct meta_iter *it)
             continue;
         }
         ch->counted++;
-        struct store_export_count *x = exp_slot(c, e);
+        struct ck_export *x = exp_slot(c, e);
         if (!x)
             return -ENOMEM;
         x->mapped++;
@@ -416,10 +422,29 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs,
             }
         }
     }
+    /* Recorded per-export counts from the same snapshot; an export with a count but no map
+     * entry left is counted as 0 (exp_slot adds it). */
+    size_t plen = strlen(STORE_META_EXPORT);
+    for (meta_iter_seek(c->meta_it, STORE_META_EXPORT, plen); meta_iter_valid(c->meta_it);
+         meta_iter_next(c->meta_it)) {
+        size_t kl, vl;
+        const uint8_t *k = meta_iter_key(c->meta_it, &kl);
+        const uint8_t *v = meta_iter_value(c->meta_it, &vl);
+        uint32_t id;
+        if (kl < plen || memcmp(k, STORE_META_EXPORT, plen))
+            break;
+        if (meta_key_export_decode(k + plen, kl - plen, &id) || vl != 8)
+            continue;
+        uint64_t rec = 0;
+        for (int i = 0; i < 8; i++)
+            rec = rec << 8 | v[i];
+        struct ck_export *x = exp_slot(c, id);
+        if (x)
+            x->recorded = rec + 1; /* +1: "seen"; 0 means no recorded count */
+    }
     for (size_t i = 0; i < c->nexp; i++) {
-        uint64_t have = 0;
-        if (store__export_count_get(st, c->exp[i].export_id, &have) == 0 &&
-            have != c->exp[i].mapped) {
+        uint64_t have = c->exp[i].recorded ? c->exp[i].recorded - 1 : 0;
+        if (have != c->exp[i].mapped) {
             finding(c, "export %" PRIu32 ": %" PRIu64 " mapped chunks recorded, %" PRIu64
                     " counted", c->exp[i].export_id, have, c->exp[i].mapped);
             if (c->repair) {
@@ -451,6 +476,8 @@ store_check(struct store *st, bool repair, store_progress_fn progress,
     it[2] = meta_iter_new(st->meta, META_CF_MAP);
     it[3] = meta_iter_new(st->meta, META_CF_HASH);
     it[4] = meta_iter_new(st->meta, META_CF_CHUNK);
+    it[5] = meta_iter_new(st->meta, META_CF_META);
+    c.meta_it = it[5];
     c.cnt = st->cnt;
     size_t nsegs = st->nsegs;
     copies = calloc(nsegs + 1, sizeof(*copies));
@@ -464,7 +491,8 @@ store_check(struct store *st, bool repair, store_progress_fn progress,
     }
     if (!c.repair)
         pthread_mutex_unlock(&st->commit_lock);
-    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4])
+    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4] ||
+        !it[5])
         goto out;
     rc = pass_chunks(&c, it[0], it[1]);
     if (rc == 0)

@@ -204,7 +204,12 @@ finish_segment(struct pass *p, struct store_seg *sg)
             log_err("store: compaction: unlink %s: %s", path, strerror(-rc));
     }
     if (rc == 0) {
-        st->dir_dirty = true;
+        /* The unlink is made durable before the entry goes: a file left behind without
+         * its entry would look like a stranger at the next open. */
+        __atomic_store_n(&st->dir_dirty, 1, __ATOMIC_SEQ_CST);
+        rc = store__seg_sync_dir(st);
+    }
+    if (rc == 0) {
         uint8_t key[sizeof(STORE_META_SEG) - 1 + 4];
         memcpy(key, STORE_META_SEG, sizeof(STORE_META_SEG) - 1);
         key[sizeof(key) - 4] = (uint8_t) (sg->id >> 24);

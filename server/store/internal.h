@@ -39,6 +39,7 @@ struct store_seg {
     bool sealed;
     bool dirty;       /* accounting changed since its meta entry was last written */
     bool has_entry;   /* recovery only: a `seg:` entry exists */
+    int unsynced;     /* atomic: written since the last fdatasync began (for the WAL hook) */
 };
 
 /* The persisted global counters ("counters" key in the meta CF). */
@@ -107,13 +108,17 @@ struct store {
     struct meta *meta;
 
     pthread_mutex_t commit_lock;
+    /* Shared by a commit from its segment write to its batch write; exclusive for a WAL
+     * flush asked by someone else (store__wal_hook), so no batch slips into that flush
+     * after its segments were synced. */
+    pthread_rwlock_t wal_lock;
     pthread_mutex_t seg_lock;
     pthread_mutex_t stat_lock;
 
     struct store_seg **segs; /* sorted by id; seg_lock (readers) + commit_lock (writers) */
     size_t nsegs, segs_cap;
     struct store_seg *active;
-    bool dir_dirty; /* a segment file was created or removed since the last sync */
+    int dir_dirty;  /* atomic: a segment file was created or removed since the last sync */
     bool opened;    /* open completed: close may sync */
 
     struct store_counters cnt;            /* commit_lock (writes), stat_lock (reads) */
@@ -145,6 +150,8 @@ void store__seg_close_all(struct store *st);
 void store__seg_path(const struct store *st, uint32_t id, char *buf, size_t cap);
 void store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg);
 int store__seg_sync_all(struct store *st); /* commit_lock: fdatasync segments, dir */
+int store__seg_sync_dir(struct store *st);  /* any thread */
+int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hook() */
 int store__seal_active(struct store *st);  /* commit_lock */
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
                        struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);

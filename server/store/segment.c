@@ -161,11 +161,10 @@ seg_new(struct store *st, uint32_t id, int flags, struct store_seg **out)
 int
 store__seg_create(struct store *st, uint32_t id, struct store_seg **out)
 {
+    __atomic_store_n(&st->dir_dirty, 1, __ATOMIC_SEQ_CST);
     int rc = seg_new(st, id, O_RDWR | O_CREAT | O_EXCL, out);
-    if (rc == 0) {
-        st->dir_dirty = true;
+    if (rc == 0)
         (*out)->dirty = true;
-    }
     return rc;
 }
 
@@ -226,23 +225,80 @@ store__seg_sync_all(struct store *st)
         struct store_seg *sg = st->segs[i];
         if (sg->synced == sg->size)
             continue;
+        __atomic_store_n(&sg->unsynced, 0, __ATOMIC_SEQ_CST);
         int rc = store__io->fdatasync(sg->fd);
         if (rc) {
+            __atomic_store_n(&sg->unsynced, 1, __ATOMIC_SEQ_CST);
             log_err("store: seg %" PRIu32 ": fdatasync: %s", sg->id, strerror(-rc));
             return rc;
         }
         sg->synced = sg->size;
         sg->dirty = true; /* the watermark goes to meta in the sync's own batch */
     }
-    if (st->dir_dirty) {
-        int rc = store__io->fsync_dir(st->seg_dir);
-        if (rc) {
-            log_err("store: %s: fsync: %s", st->seg_dir, strerror(-rc));
-            return rc;
-        }
-        st->dir_dirty = false;
+    return store__seg_sync_dir(st);
+}
+
+int
+store__seg_sync_dir(struct store *st)
+{
+    if (!__atomic_exchange_n(&st->dir_dirty, 0, __ATOMIC_SEQ_CST))
+        return 0;
+    int rc = store__io->fsync_dir(st->seg_dir);
+    if (rc) {
+        __atomic_store_n(&st->dir_dirty, 1, __ATOMIC_SEQ_CST);
+        log_err("store: %s: fsync: %s", st->seg_dir, strerror(-rc));
     }
-    return 0;
+    return rc;
+}
+
+/* The WAL hook (meta_set_wal_hook): someone is about to make the WAL durable, maybe while
+ * holding a transaction (the commit lock), so only seg_lock is taken here. Every segment
+ * written since its last fdatasync began is synced, and the directory if it changed. */
+int
+store__wal_hook(void *arg, bool before)
+{
+    struct store *st = arg;
+    if (!before) {
+        pthread_rwlock_unlock(&st->wal_lock);
+        return 0;
+    }
+    pthread_rwlock_wrlock(&st->wal_lock);
+    struct store_seg *todo[64];
+    int rc = 0;
+    for (bool more = true; more && rc == 0;) {
+        size_t n = 0;
+        more = false;
+        pthread_mutex_lock(&st->seg_lock);
+        for (size_t i = 0; i < st->nsegs; i++) {
+            struct store_seg *sg = st->segs[i];
+            if (!__atomic_load_n(&sg->unsynced, __ATOMIC_SEQ_CST))
+                continue;
+            if (n == sizeof(todo) / sizeof(todo[0])) {
+                more = true;
+                break;
+            }
+            __atomic_store_n(&sg->unsynced, 0, __ATOMIC_SEQ_CST);
+            sg->refs++;
+            todo[n++] = sg;
+        }
+        pthread_mutex_unlock(&st->seg_lock);
+        for (size_t i = 0; i < n; i++) {
+            int r = rc ? rc : store__io->fdatasync(todo[i]->fd);
+            if (r) {
+                __atomic_store_n(&todo[i]->unsynced, 1, __ATOMIC_SEQ_CST);
+                if (!rc)
+                    log_err("store: seg %" PRIu32 ": fdatasync: %s", todo[i]->id,
+                            strerror(-r));
+                rc = r;
+            }
+            store__seg_put(st, todo[i]);
+        }
+    }
+    if (rc == 0)
+        rc = store__seg_sync_dir(st);
+    if (rc)
+        pthread_rwlock_unlock(&st->wal_lock);
+    return rc;
 }
 
 int

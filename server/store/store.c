@@ -338,7 +338,7 @@ store__sync_locked(struct store *st)
     rc = meta_batch_commit(st->meta, b, false);
     meta_batch_clear(b);
     if (rc == 0)
-        rc = meta_sync(st->meta);
+        rc = meta_flush_wal(st->meta, true); /* segments are synced above: no hook */
     if (rc == 0)
         st->wal_unflushed = 0;
     return rc;
@@ -426,6 +426,7 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     if (st->opt.compact_bytes_per_sec == 0)
         st->opt.compact_bytes_per_sec = 64ULL << 20;
     pthread_mutex_init(&st->commit_lock, NULL);
+    pthread_rwlock_init(&st->wal_lock, NULL);
     pthread_mutex_init(&st->seg_lock, NULL);
     pthread_mutex_init(&st->stat_lock, NULL);
     pthread_mutex_init(&st->compact_mu, NULL);
@@ -466,6 +467,7 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     rc = meta_open(st->db_dir, &mo, &st->meta);
     if (rc)
         goto fail;
+    meta_set_wal_hook(st->meta, store__wal_hook, st);
     rc = store__txn_init(&st->txn, st);
     if (rc)
         goto fail;
@@ -512,6 +514,7 @@ store_close(struct store *st)
     if (st->lock_fd >= 0)
         store__io->close(st->lock_fd);
     pthread_mutex_destroy(&st->commit_lock);
+    pthread_rwlock_destroy(&st->wal_lock);
     pthread_mutex_destroy(&st->seg_lock);
     pthread_mutex_destroy(&st->stat_lock);
     pthread_mutex_destroy(&st->compact_mu);

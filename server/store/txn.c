@@ -233,6 +233,8 @@ flush_wbuf(struct store_txn *tx)
     if (tx->wlen == 0)
         return 0;
     int rc = store__io_write_full(st->active->fd, tx->wbuf, tx->wlen, tx->woff);
+    /* After the write: a WAL hook that clears the flag then syncs covers these bytes. */
+    __atomic_store_n(&st->active->unsynced, 1, __ATOMIC_SEQ_CST);
     if (rc) {
         log_err("store: seg %" PRIu32 " off %" PRIu64 ": write of %zu bytes: %s",
                 st->active->id, tx->woff, tx->wlen, strerror(-rc));
@@ -598,11 +600,12 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     store__counters_put(st, tx->batch, &c);
 
     /* invariant 3: segment bytes before batch */
+    pthread_rwlock_rdlock(&st->wal_lock);
     rc = flush_wbuf(tx);
-    if (rc)
-        goto fail;
     size_t bytes = meta_batch_bytes(tx->batch);
-    rc = meta_batch_commit(st->meta, tx->batch, false);
+    if (rc == 0)
+        rc = meta_batch_commit(st->meta, tx->batch, false);
+    pthread_rwlock_unlock(&st->wal_lock);
     if (rc)
         goto fail;
 
@@ -709,11 +712,15 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
             tmp.dead = (uint64_t) ((int64_t) tmp.dead + d->d_dead);
             store__seg_put_meta(st, tx->batch, &tmp);
         }
-        rc = flush_wbuf(tx); /* invariant 3: segment bytes before batch */
     }
     size_t bytes = meta_batch_bytes(tx->batch);
-    if (rc == 0)
-        rc = meta_batch_commit(st->meta, tx->batch, false);
+    if (rc == 0) {
+        pthread_rwlock_rdlock(&st->wal_lock);
+        rc = flush_wbuf(tx); /* invariant 3: segment bytes before batch */
+        if (rc == 0)
+            rc = meta_batch_commit(st->meta, tx->batch, false);
+        pthread_rwlock_unlock(&st->wal_lock);
+    }
     if (rc == 0) {
         for (size_t i = 0; i < tx->nsegs; i++) {
             struct txn_seg *d = &tx->segs[i];

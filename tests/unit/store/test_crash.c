@@ -2,8 +2,9 @@
  * seeded random moment; the parent reopens the store and checks that every block synced
  * before the kill reads back bit-exact (blocks written after may hold any value written
  * since), that check reports no problem and scrub no error. Repeated over several rounds,
- * each starting from what the previous kill left. The child reports each block write over
- * a pipe before committing it and each completed sync after it returns. */
+ * each starting from what the previous kill left. The child also compacts now and then.
+ * It reports each block write over a pipe before committing it and each completed sync
+ * after it returns. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,7 @@
 #include "util/log.h"
 #include "workload.h"
 
-#define ROUNDS 6
+#define ROUNDS 10
 
 static char dir[64];
 
@@ -71,6 +72,10 @@ child(int fd, uint64_t rng, uint64_t next_seed)
                 _exit(5);
             send_msg(fd, 'S', 0, 0);
         }
+        /* Compaction now and then, so kills also land in the middle of moving records
+         * and deleting segments. */
+        if (wl_rand(&rng) % 16 == 0 && store_compact(st, true, NULL, NULL, NULL) != 0)
+            _exit(6);
     }
     store_close(st);
     _exit(0);
@@ -137,8 +142,8 @@ Test(crash, sigkill_at_random_moments_loses_nothing_synced)
             child(p[1], rng + (uint64_t) round * 977, (uint64_t) (round + 1) * 1000000);
         }
         close(p[1]);
-        /* Let it run 30..230 ms (seeded), reading its reports meanwhile, then kill it. */
-        int run_ms = 30 + (int) (wl_rand(&rng) % 200);
+        /* Let it run 30..330 ms (seeded), reading its reports meanwhile, then kill it. */
+        int run_ms = 30 + (int) (wl_rand(&rng) % 300);
         drain(p[0], &model, run_ms);
         kill(pid, SIGKILL);
         int status;

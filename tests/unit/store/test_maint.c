@@ -214,3 +214,31 @@ Test(maint, progress_can_cancel_scrub)
     cr_assert_eq(sr.chunks, 1);
     store_close(st);
 }
+
+Test(maint, wrong_export_count_is_found_and_repaired)
+{
+    uint64_t ids[40];
+    struct store *st = populated(ids);
+    uint8_t k[7 + 4], v[8] = {0, 0, 0, 0, 0, 0, 3, 0xe7}; /* 999 */
+    memcpy(k, "mapped:", 7);
+    meta_key_export_encode(k + 7, 1);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_META, k, sizeof(k), v, 8);
+    meta_key_export_encode(k + 7, 77); /* an export with a count and no map entry */
+    meta_batch_put(b, META_CF_META, k, sizeof(k), v, 8);
+    cr_assert_eq(meta_batch_commit(store_meta(st), b, false), 0);
+    meta_batch_free(b);
+    struct findings f = {0};
+    struct store_check_result cr;
+    cr_assert_eq(store_check(st, true, NULL, on_finding, &f, &cr), 0);
+    cr_assert_eq(cr.problems, 2, "%s", f.last);
+    cr_assert_eq(cr.repaired, 2);
+    uint64_t n;
+    cr_assert_eq(store_export_mapped(st, 1, &n), 0);
+    cr_assert_eq(n, 30);
+    cr_assert_eq(store_export_mapped(st, 77, &n), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cr), 0);
+    cr_assert_eq(cr.problems, 0);
+    store_close(st);
+}
