@@ -20,12 +20,14 @@ rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
     return remove(path);
 }
 
+uint64_t fx_seg_bytes = 8ULL << 20;
+
 static void
 open_engine(struct fx *f)
 {
     struct engine_options o = {
         .data_dir = f->dir,
-        .seg_bytes = 8ULL << 20,
+        .seg_bytes = fx_seg_bytes,
         .block_cache_bytes = 8ULL << 20,
         .default_export = "disk",
         .default_export_size = FX_SIZE,

@@ -15,6 +15,9 @@ struct fx {
 };
 
 #define FX_SIZE (64ULL << 20) /* default export: 64 MiB, 4 KiB chunks */
+/* Segment size of the next fx_open/fx_reopen (default 8 MiB; small ones make compaction
+ * have sealed segments to work on). */
+extern uint64_t fx_seg_bytes;
 
 void fx_open(struct fx *f);
 /* Closes the handle and the engine, opens both again on the same directory. */
