@@ -526,8 +526,12 @@ nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp)
         uv_close((uv_handle_t *) &c->h, on_refused_closed);
         return rc;
     }
-    if (is_tcp)
+    if (is_tcp) {
         uv_tcp_nodelay(&c->h.tcp, 1);
+        /* A client that vanished without a FIN (power loss, cable) would otherwise keep
+         * its connection, export handle and buffers until the server stops. */
+        uv_tcp_keepalive(&c->h.tcp, 1, 60);
+    }
     return conn_start(c);
 }
 

@@ -293,7 +293,11 @@ opt_info_go(struct nbd_conn *c, bool go)
             int n = snprintf(d, sizeof(d), "dedupd export, %" PRIu32 "-byte chunks, dedup %s%s",
                              info.chunk_size, info.dedup ? "on" : "off",
                              info.read_only ? ", read-only" : "");
-            rc = rep_info(c, NBD_INFO_DESCRIPTION, d, n > 0 ? (size_t) n : 0);
+            if (n < 0)
+                n = 0;
+            if ((size_t) n >= sizeof(d))
+                n = sizeof(d) - 1;
+            rc = rep_info(c, NBD_INFO_DESCRIPTION, d, (size_t) n);
         }
         /* INFO_EXPORT and INFO_BLOCK_SIZE are always sent; unknown types are ignored,
          * as the spec asks. */

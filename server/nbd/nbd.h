@@ -17,17 +17,20 @@ struct nbd_limits {
     uint32_t max_connections;      /* 0 = 256 */
     uint32_t max_inflight;         /* requests in flight per connection; 0 = 64 */
     uint64_t max_inflight_bytes;   /* payload bytes in flight per connection; 0 = 128 MiB */
-    uint32_t handshake_timeout_ms; /* a client still negotiating after this is dropped;
-                                      0 = 30 s */
+    uint32_t handshake_timeout_ms; /* a client still negotiating after this is dropped, and
+                                      so is one that stopped sending but does not read its
+                                      last replies; 0 = 30 s */
 };
 
-/* Starts listening on each address ("HOST:PORT", "[V6]:PORT" or "unix:PATH").
- * 0 or -errno (an address that fails to bind is logged with its name).
+/* Starts listening on each address ("HOST:PORT", "[V6]:PORT" or "unix:PATH"); limits may
+ * be NULL (all defaults). 0 or -errno (an address that fails to bind is logged with its
+ * name); on failure nothing listens and the partial server frees itself as the loop runs.
  * engine is borrowed until nbd_server_stop's callback. */
 int nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *listen,
                      size_t n_listen, const struct nbd_limits *limits, struct nbd_server **out);
-/* Stops accepting, disconnects clients after their in-flight requests complete, then calls
- * done (loop thread) and frees the server. */
+/* Stops accepting, disconnects clients after their in-flight requests complete (and are
+ * answered where the client still reads), then calls done (loop thread) and frees the
+ * server. srv NULL: done is called at once. */
 void nbd_server_stop(struct nbd_server *srv, void (*done)(void *arg), void *arg);
 /* Number of open client connections (for status). */
 uint32_t nbd_server_connections(const struct nbd_server *srv);

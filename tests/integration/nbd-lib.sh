@@ -3,6 +3,8 @@
 #                               and a 16 MiB read-only "ro" export; sets
 #                               DD_PORT, DD_SOCK, DD_PID and NBD_HAVE_RO (1 or 0)
 #   nbd_server_stop             SIGTERM, bounded wait, exit code 0 required
+#   nbd_server_kill             SIGKILL (a crash)
+#   nbd_server_restart [ARGS]   start again on the same data directory
 #   py FILE ARGS...             run a Python script with the system python3 (python3-libnbd)
 #   run_nbdsh ARGS...           nbdsh with that python3
 # The server under test is dedupd, or — when NBD_TESTSRV names it — nbd_testsrv (the NBD
@@ -21,6 +23,22 @@ requires_libnbd_python() {
 
 nbd_server_start() {
     NBD_HAVE_RO=0
+    _nbd_launch "$@"
+    if [ -z "${NBD_TESTSRV:-}" ]; then
+        ctl export create ro 16M --read-only >/dev/null || fail "dedupd-ctl export create ro"
+    fi
+    NBD_HAVE_RO=1
+}
+
+# Starts the same server again on the same data directory (after nbd_server_kill).
+nbd_server_restart() { _nbd_launch "$@"; }
+
+nbd_server_kill() { dd_kill; }
+
+_nbd_launch() {
+    # A killed server leaves its socket files: remove them so that the waits below see
+    # the new server's, not the old ones.
+    rm -f "$TEST_TMP/nbd.sock" "$DD_DIR/ctl.sock"
     if [ -n "${NBD_TESTSRV:-}" ]; then
         DD_PORT=$(free_port)
         DD_SOCK="$TEST_TMP/nbd.sock"
@@ -31,11 +49,8 @@ nbd_server_start() {
         DD_PID=$!
         on_exit "kill -9 $DD_PID"
         wait_until 20 test -S "$DD_SOCK" || fail "nbd_testsrv did not start listening"
-        NBD_HAVE_RO=1
     else
         dd_start --default-export-size 1G "$@"
-        ctl export create ro 16M --read-only >/dev/null || fail "dedupd-ctl export create ro"
-        NBD_HAVE_RO=1
     fi
 }
 
