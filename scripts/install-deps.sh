@@ -11,7 +11,7 @@ build_pkgs=(
 )
 test_pkgs=(
     libcriterion-dev valgrind clang libclang-rt-14-dev
-    nbdkit libnbd-bin nbdfuse python3-libnbd qemu-utils nbd-server
+    nbdkit libnbd-bin python3-libnbd qemu-utils nbd-server
     btrfs-progs fuse3 util-linux e2fsprogs
 )
 bench_pkgs=(fio hyperfine gnuplot-nox e2fsprogs linux-perf procps time openssl iproute2)
