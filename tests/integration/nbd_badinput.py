@@ -82,8 +82,19 @@ def closed_soon(s, secs=10):
 
 
 def healthy(what):
-    h = nbd.NBD()
-    h.connect_uri(URI)
+    # Closed sockets free their connection slots only when the server has read their EOF;
+    # under load a new connection can arrive first and be refused at max_connections, so
+    # retry for a bounded time rather than race the server's bookkeeping.
+    deadline = time.monotonic() + 10
+    while True:
+        h = nbd.NBD()
+        try:
+            h.connect_uri(URI)
+            break
+        except nbd.Error:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     got = h.pread(len(MARK), 64 << 20)
     h.shutdown()
     check(got == MARK, "data intact after %s" % what)
