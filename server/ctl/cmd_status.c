@@ -7,14 +7,8 @@
 
 #include "ctl/internal.h"
 #include "dedupd/version.h"
-/* Constants only (default limit, entry size): ctl never calls the index. */
-#include "index/index.h"
 #include "store/store.h"
 #include "util/hash.h"
-
-/* Memory back-end entry, when none exists to measure: the index's own figure for an entry
- * plus its share of the bucket array (one 4-byte slot per entry at full load). */
-#define MEM_ENTRY_ESTIMATE (INDEX_MEMORY_ENTRY_BYTES + 4)
 
 /* RocksDB `hash` entry on disk: key (the hash) + value (chunk id, 8) + ~12 bytes of SST
  * per-entry overhead (varint lengths, sequence number, index share) before compression. */
@@ -61,7 +55,7 @@ ctl__cmd_status(struct ctl_call *call)
     /* The limit in force when the memory back-end runs; otherwise the one it would get. */
     r->limit_nr = use.limit_nr       ? use.limit_nr
                   : cfg.limit_nr     ? cfg.limit_nr
-                                     : INDEX_MEMORY_DEFAULT_LIMIT_NR;
+                                     : use.mem_default_limit_nr;
     r->limit_mem = use.limit_mem ? use.limit_mem : cfg.limit_mem;
     r->index_entries = use.entries;
     r->index_bytes = use.bytes;
@@ -72,7 +66,8 @@ ctl__cmd_status(struct ctl_call *call)
 
     /* Measured per-entry cost when the running back-end has entries, else the estimate. */
     bool is_memory = strcmp(cfg.backend, "memory") == 0;
-    uint64_t mem_entry = MEM_ENTRY_ESTIMATE;
+    /* (engine's figure when none exists to measure: entry plus its bucket share) */
+    uint64_t mem_entry = use.mem_entry_bytes;
     uint64_t disk_entry = disk_entry_estimate(cfg.hash_alg);
     if (use.entries && is_memory)
         mem_entry = (use.bytes + use.entries - 1) / use.entries;

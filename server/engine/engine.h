@@ -66,6 +66,10 @@ struct engine_index_usage {
     uint64_t limit_nr;
     uint64_t limit_mem;
     uint64_t evictions;
+    /* For sizing decisions (status): what one memory back-end entry costs (slot plus its
+     * share of the bucket array) and the entry limit it gets when none is configured. */
+    uint64_t mem_entry_bytes;
+    uint64_t mem_default_limit_nr;
 };
 void engine_index_usage(struct engine *e, struct engine_index_usage *out);
 

@@ -229,4 +229,6 @@ engine_index_usage(struct engine *e, struct engine_index_usage *out)
     out->limit_nr = u.limit_nr;
     out->limit_mem = u.limit_mem;
     out->evictions = u.evictions;
+    out->mem_entry_bytes = INDEX_MEMORY_ENTRY_BYTES + sizeof(uint32_t);
+    out->mem_default_limit_nr = INDEX_MEMORY_DEFAULT_LIMIT_NR;
 }

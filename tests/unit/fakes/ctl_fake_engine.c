@@ -110,6 +110,8 @@ engine_index_usage(struct engine *e, struct engine_index_usage *out)
     out->bytes = strcmp(fk.cfg.backend, "memory") == 0 ? 800 : 600;
     out->limit_nr = fk.cfg.limit_nr;
     out->limit_mem = fk.cfg.limit_mem;
+    out->mem_entry_bytes = 44;
+    out->mem_default_limit_nr = 1u << 20;
 }
 
 static struct engine_export_info *
