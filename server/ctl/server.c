@@ -23,6 +23,7 @@
 #include "dedupd/ctl_frame.h"
 #include "dedupd/limits.h"
 #include "util/log.h"
+#include "util/unixsock.h"
 
 /* Bytes asked of the kernel per read: small requests arrive in one read. */
 #define READ_CHUNK (64U << 10)
@@ -333,41 +334,6 @@ on_connection(uv_stream_t *listener, int status)
     start_reading(conn);
 }
 
-/* A socket file at path: 0 when it is absent or stale (removed), -EADDRINUSE when a live
- * server answers on it, -EEXIST when it is not a socket (never removed: not ours). */
-static int
-clear_stale_socket(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISSOCK(st.st_mode)) {
-        log_err("ctl: %s exists and is not a socket; not removing it", path);
-        return -EEXIST;
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    /* A Unix-socket connect never waits: it succeeds or is refused at once. */
-    int rc = connect(fd, (struct sockaddr *) &sa, sizeof(sa));
-    int err = errno;
-    close(fd);
-    if (rc == 0) {
-        log_err("ctl: another server is answering on %s", path);
-        return -EADDRINUSE;
-    }
-    if (err != ECONNREFUSED && err != ENOENT) {
-        log_err("ctl: cannot probe %s: %s", path, strerror(err));
-        return -err;
-    }
-    log_info("ctl: removing stale control socket %s", path);
-    if (unlink(path) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
-}
-
 static int
 bind_socket(struct ctl_server *srv, const char *group)
 {
@@ -380,7 +346,7 @@ bind_socket(struct ctl_server *srv, const char *group)
         }
         gid = g->gr_gid;
     }
-    int rc = clear_stale_socket(srv->path);
+    int rc = unixsock_clear_stale(srv->path, "ctl");
     if (rc < 0)
         return rc;
     /* The umask makes the socket private from its first instant: a chmod after bind would

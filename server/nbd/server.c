@@ -14,6 +14,7 @@
 #include "dedupd/limits.h"
 #include "nbd/internal.h"
 #include "util/log.h"
+#include "util/unixsock.h"
 
 static void
 finish_if_done(struct nbd_server *srv)
@@ -66,37 +67,6 @@ on_listener_closed(uv_handle_t *h)
     finish_if_done(srv);
 }
 
-/* An existing socket file is replaced only when nothing answers on it. */
-static int
-remove_stale_socket(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISSOCK(st.st_mode)) {
-        log_err("nbd: %s exists and is not a socket", path);
-        return -EEXIST;
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strncpy(sa.sun_path, path, sizeof(sa.sun_path) - 1);
-    int rc = connect(fd, (struct sockaddr *) &sa, sizeof(sa));
-    int err = errno;
-    close(fd);
-    if (rc == 0) {
-        log_err("nbd: %s: another server is listening there", path);
-        return -EADDRINUSE;
-    }
-    if (err != ECONNREFUSED && err != ENOENT)
-        return -err;
-    if (unlink(path) < 0 && errno != ENOENT)
-        return -errno;
-    log_info("nbd: removed stale socket %s", path);
-    return 0;
-}
-
 static int
 listen_unix(struct nbd_server *srv, struct nbd_listener *l, const char *path)
 {
@@ -105,7 +75,7 @@ listen_unix(struct nbd_server *srv, struct nbd_listener *l, const char *path)
         log_err("nbd: %s: bad Unix socket path", l->addr);
         return -EINVAL;
     }
-    int rc = remove_stale_socket(path);
+    int rc = unixsock_clear_stale(path, "nbd");
     if (rc < 0)
         return rc;
     l->unix_path = strdup(path);
