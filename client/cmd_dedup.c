@@ -89,8 +89,7 @@ cmd_enable(struct client *c, int argc, char **argv)
         switch (o) {
         case 's':
             if (strcmp(optarg, "memory") && strcmp(optarg, "rocksdb"))
-                return usage_error("enable", "unknown back-end '%s' (memory or rocksdb)",
-                                   optarg);
+                return usage_error("enable", "unknown back-end '%s' (memory or rocksdb)", optarg);
             q.backend = optarg;
             break;
         case 'b':

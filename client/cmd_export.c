@@ -148,9 +148,9 @@ do_list(struct client *c, int argc, char **argv)
         printf("%-20s %10s %8s %5s %3s %5s\n", "NAME", "SIZE", "CHUNK", "DEDUP", "RO", "CONNS");
         for (size_t i = 0; i < l->n_exports; i++) {
             const Dedupd__ExportInfo *x = l->exports[i];
-            printf("%-20s %10s %8s %5s %3s %5u%s\n", x->name, hsize(x->size),
-                   hsize(x->chunk_size), x->dedup ? "on" : "off", x->read_only ? "yes" : "no",
-                   x->connections, x->is_default ? "  (default)" : "");
+            printf("%-20s %10s %8s %5s %3s %5u%s\n", x->name, hsize(x->size), hsize(x->chunk_size),
+                   x->dedup ? "on" : "off", x->read_only ? "yes" : "no", x->connections,
+                   x->is_default ? "  (default)" : "");
         }
     }
     dedupd__response__free_unpacked(r, NULL);
@@ -309,8 +309,8 @@ cmd_export(struct client *c, int argc, char **argv)
         const char *name;
         int (*fn)(struct client *c, int argc, char **argv);
     } subs[] = {
-        {"list", do_list},   {"ls", do_list},     {"create", do_create}, {"delete", do_delete},
-        {"rm", do_delete},   {"info", do_info},   {"set", do_set},       {"clone", do_clone},
+        {"list", do_list}, {"ls", do_list},   {"create", do_create}, {"delete", do_delete},
+        {"rm", do_delete}, {"info", do_info}, {"set", do_set},       {"clone", do_clone},
     };
     if (argc < 2)
         return usage_error("export", "missing subcommand (list, create, delete, info, set, clone)");

@@ -27,8 +27,8 @@ duration(uint64_t s)
         snprintf(b, sizeof(b), "%" PRIu64 "d %02" PRIu64 "h %02" PRIu64 "m", s / 86400,
                  s / 3600 % 24, s / 60 % 60);
     else
-        snprintf(b, sizeof(b), "%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", s / 3600,
-                 s / 60 % 60, s % 60);
+        snprintf(b, sizeof(b), "%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", s / 3600, s / 60 % 60,
+                 s % 60);
     return b;
 }
 
@@ -113,8 +113,7 @@ cmd_status(struct client *c, int argc, char **argv)
     req.cmd_case = DEDUPD__REQUEST__CMD_STATUS;
     req.status = &q;
     int rc;
-    Dedupd__Response *r =
-        client_request(c, &req, 30, DEDUPD__RESPONSE__RESULT_STATUS_RESULT, &rc);
+    Dedupd__Response *r = client_request(c, &req, 30, DEDUPD__RESPONSE__RESULT_STATUS_RESULT, &rc);
     if (!r)
         return rc;
     if (c->json)

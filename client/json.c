@@ -53,10 +53,18 @@ json_write_string(FILE *f, const char *str)
             s++;
         } else if (c < 0x20 || c == 0x7f) {
             switch (c) {
-            case '\n': fputs("\\n", f); break;
-            case '\r': fputs("\\r", f); break;
-            case '\t': fputs("\\t", f); break;
-            default: fprintf(f, "\\u%04x", c); break;
+            case '\n':
+                fputs("\\n", f);
+                break;
+            case '\r':
+                fputs("\\r", f);
+                break;
+            case '\t':
+                fputs("\\t", f);
+                break;
+            default:
+                fprintf(f, "\\u%04x", c);
+                break;
             }
             s++;
         } else if (c < 0x80) {

@@ -61,8 +61,10 @@ int
 main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
+        {"socket", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     struct client c = {
@@ -85,8 +87,7 @@ main(int argc, char **argv)
             usage(stdout);
             return DEDUPD_EXIT_OK;
         case 'V':
-            printf("%s %s (control protocol %d)\n", PROG, DEDUPD_VERSION,
-                   DEDUPD_CTL_PROTO_VERSION);
+            printf("%s %s (control protocol %d)\n", PROG, DEDUPD_VERSION, DEDUPD_CTL_PROTO_VERSION);
             return DEDUPD_EXIT_OK;
         case ':':
             fprintf(stderr, "%s: option '%s' needs a value\nTry '%s --help'.\n", PROG,

@@ -122,8 +122,8 @@ run(struct app *app)
         .max_inflight = cfg->max_inflight,
         .max_inflight_bytes = cfg->max_inflight_bytes,
     };
-    rc = nbd_server_start(&app->loop, app->engine, (const char *const *) cfg->listen,
-                          cfg->n_listen, &limits, &app->nbd);
+    rc = nbd_server_start(&app->loop, app->engine, (const char *const *) cfg->listen, cfg->n_listen,
+                          &limits, &app->nbd);
     if (rc == 0) {
         struct ctl_options co = {.socket_path = cfg->control_path, .group = cfg->control_group};
         rc = ctl_server_start(&app->loop, app->engine, app->nbd, &co, &app->ctl);

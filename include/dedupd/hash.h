@@ -4,9 +4,9 @@
 #define DEDUPD_HASH_H
 
 enum dedupd_hash_alg {
-    DEDUPD_HASH_NONE = 0,      /* chunk stored without a hash: dedup was off */
-    DEDUPD_HASH_SHA256 = 1,    /* 32 bytes, cryptographic: sharing on match is safe */
-    DEDUPD_HASH_XXH3_128 = 2,  /* 16 bytes, fast, NOT cryptographic: verify is mandatory */
+    DEDUPD_HASH_NONE = 0,     /* chunk stored without a hash: dedup was off */
+    DEDUPD_HASH_SHA256 = 1,   /* 32 bytes, cryptographic: sharing on match is safe */
+    DEDUPD_HASH_XXH3_128 = 2, /* 16 bytes, fast, NOT cryptographic: verify is mandatory */
 };
 
 #endif

@@ -19,7 +19,7 @@ struct config {
     char *control_path;  /* default: DATA_DIR/ctl.sock */
     char *control_group; /* NULL: socket owned by our group, mode 0600 */
     char *log_level;
-    char *config_file;   /* the file read, if any */
+    char *config_file; /* the file read, if any */
     /* [export]: created on a fresh data directory */
     char *default_export;
     uint64_t default_export_size;

@@ -58,8 +58,7 @@ ctl__cmd_enable(struct ctl_call *call)
     }
     if (q->chunk_size) {
         if (!chunk_size_ok(q->chunk_size))
-            return ctl__fail(call, -EINVAL,
-                             "chunk size %u is not a power of two between %u and %u",
+            return ctl__fail(call, -EINVAL, "chunk size %u is not a power of two between %u and %u",
                              q->chunk_size, DEDUPD_CHUNK_MIN, DEDUPD_CHUNK_MAX);
         cfg.default_chunk_size = q->chunk_size;
     }

@@ -15,8 +15,7 @@ check_name(struct ctl_call *call, const char *name)
     if (n == 0)
         return ctl__fail(call, -EINVAL, "an export name is required");
     if (n > DEDUPD_EXPORT_NAME_MAX)
-        return ctl__fail(call, -EINVAL, "export name longer than %d bytes",
-                         DEDUPD_EXPORT_NAME_MAX);
+        return ctl__fail(call, -EINVAL, "export name longer than %d bytes", DEDUPD_EXPORT_NAME_MAX);
     for (const unsigned char *p = (const unsigned char *) name; *p; p++)
         if (*p < 0x20 || *p == 0x7f)
             return ctl__fail(call, -EINVAL, "export name contains a control character");
@@ -102,10 +101,10 @@ ctl__cmd_export_create(struct ctl_call *call)
         return ctl__fail(call, -EINVAL, "export size must be between 1 byte and 2^60 bytes");
     uint32_t cs = q->chunk_size;
     if (cs && (cs < DEDUPD_CHUNK_MIN || cs > DEDUPD_CHUNK_MAX || (cs & (cs - 1))))
-        return ctl__fail(call, -EINVAL, "chunk size %u is not a power of two between %u and %u",
-                         cs, DEDUPD_CHUNK_MIN, DEDUPD_CHUNK_MAX);
-    unsigned flags = (q->no_dedup ? ENGINE_EXPORT_NO_DEDUP : 0) |
-                     (q->read_only ? ENGINE_EXPORT_READ_ONLY : 0);
+        return ctl__fail(call, -EINVAL, "chunk size %u is not a power of two between %u and %u", cs,
+                         DEDUPD_CHUNK_MIN, DEDUPD_CHUNK_MAX);
+    unsigned flags =
+        (q->no_dedup ? ENGINE_EXPORT_NO_DEDUP : 0) | (q->read_only ? ENGINE_EXPORT_READ_ONLY : 0);
     struct engine_export_info info;
     rc = engine_export_create(call->srv->engine, q->name, q->size, cs, flags, &info);
     if (rc == -EEXIST)

@@ -63,8 +63,8 @@ ctl__cmd_scrub(struct ctl_call *call)
     struct relay relay = {call, "scrub"};
     struct store_scrub_result res;
     memset(&res, 0, sizeof(res));
-    int rc = store_scrub(engine_store(call->srv->engine), relay_progress, relay_finding, &relay,
-                         &res);
+    int rc =
+        store_scrub(engine_store(call->srv->engine), relay_progress, relay_finding, &relay, &res);
     if (rc < 0)
         return ctl__fail(call, rc, "scrub stopped: %s", strerror(-rc));
     Dedupd__ScrubResult *r = ctl__alloc(call, sizeof(*r));
@@ -89,8 +89,8 @@ ctl__cmd_check(struct ctl_call *call)
     struct relay relay = {call, "check"};
     struct store_check_result res;
     memset(&res, 0, sizeof(res));
-    int rc = store_check(engine_store(call->srv->engine), call->req->check->repair,
-                         relay_progress, relay_finding, &relay, &res);
+    int rc = store_check(engine_store(call->srv->engine), call->req->check->repair, relay_progress,
+                         relay_finding, &relay, &res);
     if (rc < 0)
         return ctl__fail(call, rc, "check stopped: %s", strerror(-rc));
     Dedupd__CheckResult *r = ctl__alloc(call, sizeof(*r));

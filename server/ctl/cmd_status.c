@@ -53,9 +53,9 @@ ctl__cmd_status(struct ctl_call *call)
     r->verify = cfg.verify;
     r->default_chunk_size = cfg.default_chunk_size;
     /* The limit in force when the memory back-end runs; otherwise the one it would get. */
-    r->limit_nr = use.limit_nr       ? use.limit_nr
-                  : cfg.limit_nr     ? cfg.limit_nr
-                                     : use.mem_default_limit_nr;
+    r->limit_nr = use.limit_nr   ? use.limit_nr
+                  : cfg.limit_nr ? cfg.limit_nr
+                                 : use.mem_default_limit_nr;
     r->limit_mem = use.limit_mem ? use.limit_mem : cfg.limit_mem;
     r->index_entries = use.entries;
     r->index_bytes = use.bytes;

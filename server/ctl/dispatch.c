@@ -225,8 +225,8 @@ ctl__decode(const uint8_t *msg, size_t len, Dedupd__Request **out, ctl_cmd_fn *f
 }
 
 struct ctl_call *
-ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn, Dedupd__Request *req,
-              ctl_cmd_fn fn, const char *name)
+ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn, Dedupd__Request *req, ctl_cmd_fn fn,
+              const char *name)
 {
     struct ctl_call *call = calloc(1, sizeof(*call));
     if (!call) {

@@ -41,7 +41,7 @@ struct ctl_server {
     uint64_t start_ns; /* uv_hrtime() at start: uptime */
     struct ctl_conn *conns;
     unsigned n_conns;
-    unsigned n_calls; /* calls not yet freed (handlers running or async closing) */
+    unsigned n_calls;          /* calls not yet freed (handlers running or async closing) */
     const char *maint_running; /* name of the gc/scrub/check running, or NULL */
     bool listening;
     bool stopping;
@@ -75,20 +75,20 @@ struct ctl_call {
     ctl_cmd_fn fn;
     const char *name;
     struct engine_req ereq;
-    uv_async_t async; /* progress from the worker */
+    uv_async_t async;     /* progress from the worker */
     pthread_mutex_t lock; /* guards progress */
     struct {
         char op[16];
         uint64_t done, total;
     } progress;
-    atomic_bool cancelled; /* client gone or server stopping: long commands stop early */
-    bool finished;         /* final Response sent: no progress after it */
-    bool exclusive;        /* holds srv->maint_running */
+    atomic_bool cancelled;    /* client gone or server stopping: long commands stop early */
+    bool finished;            /* final Response sent: no progress after it */
+    bool exclusive;           /* holds srv->maint_running */
     uint32_t nbd_connections; /* read on the loop thread before the handler runs */
     char message[256];
     void **allocs;
     size_t n_allocs, cap_allocs;
-    char **findings;     /* kept findings, ctl__alloc'd array of CTL_MAX_FINDINGS */
+    char **findings; /* kept findings, ctl__alloc'd array of CTL_MAX_FINDINGS */
     size_t n_kept;
     uint64_t n_findings; /* all findings reported, kept or not */
 };
@@ -113,13 +113,14 @@ void ctl__call_freed(struct ctl_server *srv);
 bool ctl__dispatch(struct ctl_conn *conn, const uint8_t *msg, size_t len);
 /* Any thread. Decodes and checks one request: 0 with *out (free with
  * dedupd__request__free_unpacked, or hand to ctl__call_new), the command's handler, name
- * and whether it is exclusive maintenance (one at a time); or -EBADMSG / -EPROTONOSUPPORT / -EOPNOTSUPP with the reason in why. */
+ * and whether it is exclusive maintenance (one at a time); or -EBADMSG / -EPROTONOSUPPORT /
+ * -EOPNOTSUPP with the reason in why. */
 int ctl__decode(const uint8_t *msg, size_t len, Dedupd__Request **out, ctl_cmd_fn *fn,
                 const char **name, bool *exclusive, char *why, size_t cap);
 /* Loop thread. A call for req (taken, freed with the call; also on failure), or NULL on
  * out of memory. Counted in srv->n_calls until freed by ctl__call_close + the loop. */
-struct ctl_call *ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn,
-                               Dedupd__Request *req, ctl_cmd_fn fn, const char *name);
+struct ctl_call *ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn, Dedupd__Request *req,
+                               ctl_cmd_fn fn, const char *name);
 /* Loop thread. Ends the call: no more progress; freed once the loop closes its handle. */
 void ctl__call_close(struct ctl_call *call);
 /* Fills resp as an error Response (status, message; no result). message is borrowed. */

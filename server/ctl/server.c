@@ -93,8 +93,7 @@ ctl__send(struct ctl_conn *conn, const Dedupd__Response *resp, bool close_after)
     Dedupd__Response too_big;
     size_t len = dedupd__response__get_packed_size(resp);
     if (len > DEDUPD_CTL_MAX_MSG) {
-        log_warn("ctl: response of %zu bytes exceeds the %u-byte limit", len,
-                 DEDUPD_CTL_MAX_MSG);
+        log_warn("ctl: response of %zu bytes exceeds the %u-byte limit", len, DEDUPD_CTL_MAX_MSG);
         ctl__error_response(&too_big, -EMSGSIZE, "response exceeds the control message limit");
         resp = &too_big;
         len = dedupd__response__get_packed_size(resp);

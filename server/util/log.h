@@ -31,9 +31,9 @@ log_enabled(enum log_level level)
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_err(...)   log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
-#define log_warn(...)  log_write(LOG_LEVEL_WARN, __VA_ARGS__)
-#define log_info(...)  log_write(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_err(...)  log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warn(...) log_write(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(...) log_write(LOG_LEVEL_INFO, __VA_ARGS__)
 #define log_debug(...)                                                                             \
     do {                                                                                           \
         if (log_enabled(LOG_LEVEL_DEBUG))                                                          \

@@ -101,8 +101,8 @@ Test(cli, enable_disable)
     HAS(out, "dedup disabled");
     cr_assert_eq(ctl("--json", "status", NULL), 0);
     HAS(out, "\"enabled\": false");
-    cr_assert_eq(ctl("enable", "-s", "memory", "-l", "1000", "-m", "1M", "-b", "8K", NULL), 0,
-                 "%s", err);
+    cr_assert_eq(ctl("enable", "-s", "memory", "-l", "1000", "-m", "1M", "-b", "8K", NULL), 0, "%s",
+                 err);
     HAS(out, "dedup enabled: back-end memory");
     HAS(out, "limit 1000 entries / 1.0 MiB");
     cr_assert_eq(ctl("--json", "enable", "-a", "xxh3", NULL), 0, "%s", err);
@@ -121,8 +121,7 @@ Test(cli, enable_disable)
 
 Test(cli, export_commands)
 {
-    cr_assert_eq(ctl("export", "create", "vm1", "16G", "--chunk-size", "64K", "--read-only",
-                     NULL),
+    cr_assert_eq(ctl("export", "create", "vm1", "16G", "--chunk-size", "64K", "--read-only", NULL),
                  0, "%s", err);
     HAS(out, "name:         vm1");
     HAS(out, "16.0 GiB");

@@ -38,8 +38,7 @@ loop_thread(void *arg)
 }
 
 int
-harness_start(struct harness *h, struct engine *engine, struct nbd_server *nbd,
-              uint32_t idle_ms)
+harness_start(struct harness *h, struct engine *engine, struct nbd_server *nbd, uint32_t idle_ms)
 {
     memset(h, 0, sizeof(*h));
     strcpy(h->dir, "/tmp/dd-ctl-test.XXXXXX");

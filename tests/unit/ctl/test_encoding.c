@@ -117,7 +117,8 @@ Test(encoding, garbage_does_not_decode)
     const uint8_t truncated[] = {0x52, 0x7f, 0x00};
     cr_assert_null(dedupd__request__unpack(NULL, sizeof(truncated), truncated));
     /* A varint that never ends. */
-    const uint8_t endless[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    const uint8_t endless[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
+                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     cr_assert_null(dedupd__request__unpack(NULL, sizeof(endless), endless));
 }
 

@@ -2,8 +2,8 @@
  * requests, idle clients, pipelining and clients that vanish mid-command — against a real
  * ctl_server on a libuv loop with the fake engine. */
 #include <criterion/criterion.h>
-#include <grp.h>
 #include <errno.h>
+#include <grp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
