@@ -41,11 +41,11 @@
 #include "meta/keys.h"
 #include "util/log.h"
 
-#define DEFAULT_CACHE_BYTES (64ULL << 20)
-#define WRITE_BUFFER_BYTES  (64ULL << 20) /* per CF memtable */
-#define WAL_BUFFER_BYTES    (16ULL << 20) /* in-memory WAL buffer before a forced write */
-#define MEMTABLE_BLOOM_RATIO 0.02         /* of WRITE_BUFFER_BYTES: ~1.3 MiB of filter per CF */
-#define FORMAT_KEY          "format_version"
+#define DEFAULT_CACHE_BYTES  (64ULL << 20)
+#define WRITE_BUFFER_BYTES   (64ULL << 20) /* per CF memtable */
+#define WAL_BUFFER_BYTES     (16ULL << 20) /* in-memory WAL buffer before a forced write */
+#define MEMTABLE_BLOOM_RATIO 0.02          /* of WRITE_BUFFER_BYTES: ~1.3 MiB of filter per CF */
+#define FORMAT_KEY           "format_version"
 
 static const char *const cf_names[META_CF__COUNT + 1] = {
     "default", "map", "chunk", "hash", "rev", "export", "meta",

@@ -103,6 +103,16 @@ int store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *h
  * map_set calls of the same transaction. */
 int store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
                       uint64_t chunk_id);
+/* map_set for a caller that read the entry's committed value (store_map_get; 0 when
+ * unmapped) before the transaction, to keep that read out of the commit lock. Only valid if
+ * no other transaction can have changed the entry since (the engine holds the chunk's range
+ * lock exclusively); an earlier map_set of the same transaction still takes precedence. */
+int store_txn_map_set_known(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
+                            uint64_t old_id, uint64_t chunk_id);
+/* Loads a chunk into the transaction (so that a later map_set/ref on it reads nothing):
+ * 0 if it exists (live, or added/held by this transaction), -ENOENT if it does not, -EIO.
+ * For a caller that found the id outside the transaction and must know it is still live. */
+int store_txn_chunk_hold(struct store_txn *tx, uint64_t chunk_id);
 /* Raw reference change for holders other than map entries (clones, tests). */
 int store_txn_ref(struct store_txn *tx, uint64_t chunk_id, int64_t delta);
 /* Live info of a chunk as this transaction would leave it (refs include pending deltas). */

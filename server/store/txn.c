@@ -383,33 +383,46 @@ export_delta(struct store_txn *tx, uint32_t export_id, int64_t d)
     return 0;
 }
 
-int
-store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id)
+/* The map entry's value in the database (0 when unmapped). */
+static int
+map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *old)
+{
+    int rc = store_map_get(st, export_id, chunk_idx, old);
+    if (rc == -ENOENT) {
+        *old = 0;
+        rc = 0;
+    }
+    return rc;
+}
+
+/* map_set with the entry's committed value given (known) or read here (!known). */
+static int
+map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id, bool known,
+        uint64_t old)
 {
     struct store *st = tx->st;
     bool found;
     if ((tx->nmaps + 1) * 2 > tx->maps_cap && maps_grow(tx))
         return -ENOMEM;
     struct txn_map *m = map_slot(tx, export_id, chunk_idx, &found);
-    uint64_t old = 0;
-    if (found) {
+    int rc = 0;
+    if (found)
         old = m->chunk_id;
-    } else {
-        int rc = store_map_get(st, export_id, chunk_idx, &old);
-        if (rc && rc != -ENOENT)
-            return rc;
-        if (rc == -ENOENT)
-            old = 0;
-    }
+    else if (!known && (rc = map_read(st, export_id, chunk_idx, &old)))
+        return rc;
     if (old == chunk_id)
         return 0;
     /* Load both before changing either, so a failure leaves the transaction as it was. */
     struct txn_chunk *enew = NULL, *eold = NULL;
-    int rc = 0;
     if (chunk_id)
         rc = chunk_entry(tx, chunk_id, &enew);
     if (rc == 0 && old)
         rc = chunk_entry(tx, old, &eold);
+    if (rc == -ENOENT && old && known && !found) {
+        /* The caller's value is stale after all (check --repair dropped a dangling entry
+         * meanwhile): use the committed one. */
+        return map_set(tx, export_id, chunk_idx, chunk_id, false, 0);
+    }
     if (rc) {
         if (rc == -ENOENT)
             log_err("store: export %" PRIu32 " chunk %" PRIu64 ": map to chunk %" PRIu64
@@ -445,6 +458,28 @@ store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, 
         meta_batch_delete(tx->batch, META_CF_MAP, key, sizeof(key));
     }
     return 0;
+}
+
+int
+store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id)
+{
+    return map_set(tx, export_id, chunk_idx, chunk_id, false, 0);
+}
+
+int
+store_txn_map_set_known(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
+                        uint64_t old_id, uint64_t chunk_id)
+{
+    return map_set(tx, export_id, chunk_idx, chunk_id, true, old_id);
+}
+
+int
+store_txn_chunk_hold(struct store_txn *tx, uint64_t chunk_id)
+{
+    struct txn_chunk *e;
+    if (chunk_id == 0)
+        return -ENOENT;
+    return chunk_entry(tx, chunk_id, &e);
 }
 
 static void

@@ -434,3 +434,50 @@ Test(store, an_unmapped_new_chunk_takes_its_hash_entry_with_it)
     cr_assert_eq(cr.problems, 0);
     store_close(st);
 }
+
+Test(store, map_set_known_uses_the_given_old_value_and_chunk_hold_sees_live_chunks)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 2, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, a), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, b), 0); /* new in this transaction */
+    cr_assert_eq(store_txn_map_set(tx, 1, 2, b), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+
+    /* Entry 0 read before the transaction (a): a loses a reference, b gains one. */
+    uint64_t old;
+    cr_assert_eq(store_map_get(st, 1, 0, &old), 0);
+    cr_assert_eq(old, a);
+    struct freed_log f = {0};
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, a), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, b), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, 999), -ENOENT);
+    cr_assert_eq(store_txn_chunk_hold(tx, 0), -ENOENT);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 0, old, b), 0);
+    /* An unmapped entry (old 0) and one set earlier in the transaction. */
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, a), 0);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, b), 0); /* the overlay says a */
+    /* A stale value naming a chunk that no longer exists falls back to the database. */
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 1, 999, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, on_freed, &f), 0);
+    cr_assert_eq(f.n, 1);
+    cr_assert_eq(f.ids[0], a); /* 2 refs - entry 0 - entry 1 + entry 7 (a) - entry 7 (b) */
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, a, &ci), -ENOENT);
+    cr_assert_eq(store_chunk_get(st, b, &ci), 0);
+    cr_assert_eq(ci.refs, 3);
+    uint64_t n;
+    cr_assert_eq(store_export_mapped(st, 1, &n), 0);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(store_map_get(st, 1, 1, &old), -ENOENT);
+    cr_assert_eq(store_map_get(st, 1, 7, &old), 0);
+    cr_assert_eq(old, b);
+    struct store_check_result cres;
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cres), 0);
+    cr_assert_eq(cres.problems, 0);
+    store_close(st);
+}
