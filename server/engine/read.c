@@ -117,6 +117,7 @@ engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
 
 struct ext_builder {
     struct engine *e;
+    bool alloc_only;   /* no ENGINE_EXT_SHARED: no chunk record reads */
     uint64_t examined; /* mapped chunks looked at */
     uint64_t off, end; /* the byte range described */
     uint32_t cs;
@@ -161,8 +162,8 @@ ext_mapped(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
         b->full = true; /* described up to chunk_idx: enough for one call */
         return 1;
     }
-    struct store_chunk_info info;
-    int rc = store_chunk_get(b->e->st, chunk_id, &info);
+    struct store_chunk_info info = {.refs = 1};
+    int rc = b->alloc_only ? 0 : store_chunk_get(b->e->st, chunk_id, &info);
     if (rc < 0) {
         b->err = rc;
         return 1;
@@ -176,6 +177,13 @@ int
 engine_extents(struct engine_export *ex, uint64_t off, uint64_t len, struct engine_extent *ext,
                size_t cap)
 {
+    return engine_extents_opt(ex, off, len, ext, cap, 0);
+}
+
+int
+engine_extents_opt(struct engine_export *ex, uint64_t off, uint64_t len, struct engine_extent *ext,
+                   size_t cap, unsigned flags)
+{
     struct engine *e = ex->e;
     struct engine_xstate *xs = ex->xs;
     if (!engine__range_ok(xs, off, len) || len == 0 || cap == 0 || !ext)
@@ -184,6 +192,7 @@ engine_extents(struct engine_export *ex, uint64_t off, uint64_t len, struct engi
     const uint64_t first = off / cs, last = (off + len - 1) / cs;
     struct ext_builder b = {
         .e = e,
+        .alloc_only = flags & ENGINE_EXTENTS_ALLOC_ONLY,
         .off = off,
         .end = off + len,
         .cs = cs,
