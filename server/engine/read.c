@@ -64,15 +64,24 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
         rc = store_map_scan(e->st, xs->id, first, n, collect_id, &s);
     }
     uint8_t *scratch = NULL;
+    /* Whole mapped chunks of a multi-chunk read go to the store in one call (one iterator
+     * pass over their entries, one preadv per run of adjacent records): their ids stay
+     * in ids[], their destinations in bufs[]; the rest is done here. */
+    void **bufs = NULL;
+    if (n > 1 && rc == 0 && !(bufs = malloc(n * sizeof(*bufs))))
+        rc = -ENOMEM;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
         uint64_t cstart = (first + i) * cs;
         uint64_t lo = off > cstart ? off : cstart;
         uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
         uint8_t *dst = buf + (lo - off);
+        if (bufs)
+            bufs[i] = dst;
         if (!ids[i]) {
             memset(dst, 0, hi - lo);
         } else if (hi - lo == cs) {
-            rc = read_chunk(e, xs, first + i, ids[i], dst);
+            if (!bufs)
+                rc = read_chunk(e, xs, first + i, ids[i], dst);
         } else {
             if (!scratch && !(scratch = malloc(cs))) {
                 rc = -ENOMEM;
@@ -81,8 +90,17 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
             rc = read_chunk(e, xs, first + i, ids[i], scratch);
             if (rc == 0)
                 memcpy(dst, scratch + (lo - cstart), hi - lo);
+            if (bufs)
+                ids[i] = 0; /* done */
         }
     }
+    if (rc == 0 && bufs) {
+        rc = store_chunks_read(e->st, ids, n, bufs, cs);
+        if (rc < 0)
+            log_err("engine: export %s chunks %" PRIu64 "+%" PRIu64 ": read failed: %s",
+                    xs->rec.name, first, n, strerror(-rc));
+    }
+    free(bufs);
     free(scratch);
     if (ids != &one)
         free(ids);

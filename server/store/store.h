@@ -70,6 +70,14 @@ int store_chunk_get(struct store *st, uint64_t chunk_id, struct store_chunk_info
  * with segment and offset; never wrong bytes), -EIO. */
 ssize_t store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap);
 
+/* Reads chunks ids[0..n) (an id of 0 is skipped), each of exactly len raw bytes, into
+ * bufs[i]: store_chunk_read for each, with the same checks and errors (a chunk of another
+ * length is -EIO), but cheaper for many chunks: the entries of a dense id range come from one
+ * iterator pass, and records that lie back to back in a segment are read with one preadv.
+ * 0 or the first -errno. */
+int store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs,
+                      uint32_t len);
+
 /* Block map lookups. 0 and *chunk_id, or -ENOENT when unmapped (reads as zeros). */
 int store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id);
 /* Calls fn for each mapped chunk index in [first, first + count) in ascending order; stops

@@ -481,3 +481,69 @@ Test(store, map_set_known_uses_the_given_old_value_and_chunk_hold_sees_live_chun
     cr_assert_eq(cres.problems, 0);
     store_close(st);
 }
+
+Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
+{
+    struct store *st = open_store(64 << 10); /* small segments: runs cross a seal */
+    enum { N = 40 };
+    uint64_t id[N];
+    struct store_txn *tx;
+    for (int t = 0; t < 2; t++) { /* two transactions: two runs of adjacent records */
+        cr_assert_eq(store_txn_begin(st, &tx), 0);
+        for (int i = t * N / 2; i < (t + 1) * N / 2; i++) {
+            id[i] = add(tx, 100 + (uint64_t) i, 4096);
+            cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, id[i]), 0);
+        }
+        cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    }
+    /* Ids out of order, repeated, and skipped (0). */
+    uint64_t want_seed[N + 3], ids[N + 3];
+    for (int i = 0; i < N; i++) {
+        ids[i] = id[i];
+        want_seed[i] = 100 + (uint64_t) i;
+    }
+    ids[5] = id[30];
+    want_seed[5] = 130;
+    ids[N] = 0;
+    ids[N + 1] = id[0];
+    want_seed[N + 1] = 100;
+    ids[N + 2] = id[N - 1];
+    want_seed[N + 2] = 100 + N - 1;
+    static uint8_t bufs[N + 3][4096];
+    void *p[N + 3];
+    for (int i = 0; i < N + 3; i++) {
+        p[i] = bufs[i];
+        memset(bufs[i], 0xee, 4096);
+    }
+    cr_assert_eq(store_chunks_read(st, ids, N + 3, p, 4096), 0);
+    uint8_t want[4096];
+    for (int i = 0; i < N + 3; i++) {
+        if (!ids[i]) {
+            cr_assert_eq(bufs[i][0], 0xee, "a skipped id leaves its buffer alone");
+            continue;
+        }
+        fill(want, sizeof(want), want_seed[i]);
+        cr_assert_eq(memcmp(bufs[i], want, 4096), 0, "chunk %d", i);
+    }
+    /* A missing chunk and a wrong length are errors, as with store_chunk_read. */
+    uint64_t bad[2] = {id[1], 99999};
+    cr_assert_eq(store_chunks_read(st, bad, 2, p, 4096), -ENOENT);
+    cr_assert_lt(store_chunks_read(st, ids, 8, p, 2048), 0);
+
+    /* A flipped byte in the middle of a run: -EUCLEAN, never wrong bytes. */
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, id[12], &ci), 0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/segments/seg-%08u.log", data, ci.seg);
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    uint8_t c;
+    off_t at = (off_t) ci.off + 64 + 7;
+    cr_assert_eq(pread(fd, &c, 1, at), 1);
+    c ^= 0x01;
+    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+    cr_assert_eq(store_chunks_read(st, id, N, p, 4096), -EUCLEAN);
+    cr_assert_eq(store_chunks_read(st, id, 12, p, 4096), 0); /* the ones before are fine */
+    store_close(st);
+}
