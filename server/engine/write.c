@@ -25,6 +25,7 @@
 
 #include "engine/internal.h"
 #include "store/store.h"
+#include "util/crc32c.h"
 #include "util/hash.h"
 #include "util/log.h"
 
@@ -38,6 +39,7 @@ struct wchunk {
     int8_t pre;      /* index look-up made before the transaction: PRE_* */
     uint64_t pre_id; /* PRE_HIT: the chunk found */
     uint64_t old_id; /* the chunk mapped here before this request (0: none) */
+    uint32_t crc;    /* CRC32C of data, for the store's record (computed with the hash) */
     uint8_t hash[DEDUPD_HASH_MAX_LEN];
 };
 
@@ -125,6 +127,7 @@ hash_one(void *arg, uint32_t i)
     int rc = w->e->hash_fn(w->p.alg, c->data, w->cs, c->hash);
     if (rc < 0)
         atomic_store(&w->hash_err, rc);
+    c->crc = crc32c(0, c->data, w->cs); /* here rather than in the commit lock */
 }
 
 /* Chunks of the request not covered whole (0, 1 or 2): each needs an RMW buffer. */
@@ -329,7 +332,9 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
     if (rc < 0 && rc != -ENOENT)
         return rc;
     w->misses++;
-    rc = store_txn_add_chunk(tx, (uint8_t) p->alg, c->hash, p->hlen, c->data, w->cs, &c->chunk_id);
+    /* c->data lives until the request ends, so the store may write it from there. */
+    rc = store_txn_add_chunk_ref(tx, (uint8_t) p->alg, c->hash, p->hlen, c->data, w->cs, c->crc,
+                                 &c->chunk_id);
     if (rc == 0 && !claimed) {
         rc = index_stage(p->ix, &w->ib, (uint8_t) p->alg, c->hash, p->hlen, c->chunk_id);
         struct engine *e = w->e;

@@ -24,6 +24,8 @@
 extern const struct store_io_ops *store__io;
 ssize_t store__io_read_full(int fd, void *buf, size_t len, uint64_t off);
 int store__io_write_full(int fd, const void *buf, size_t len, uint64_t off);
+/* Writes every byte of iov[0..cnt) (consumed: the array is modified) at off. */
+int store__io_writev_full(int fd, struct iovec *iov, size_t cnt, uint64_t off);
 int store__io_mkdir_p(const char *path);
 
 struct store_seg {
@@ -88,9 +90,14 @@ struct store_txn {
     size_t nexports;
     struct txn_seg *segs;
     size_t nsegs, segs_cap;
-    /* Appended records not yet written: one pwrite at commit (or at a seal). */
+    /* Appended records not yet written: one pwritev at commit (or at a seal) of the pieces
+     * in order. A piece is either the next iov_len bytes of wbuf (iov_base NULL: wbuf may
+     * move while it grows) or caller bytes borrowed until commit (add_chunk_ref). wlen is
+     * the total, wused the part in wbuf. */
     uint8_t *wbuf;
-    size_t wlen, wcap;
+    size_t wlen, wcap, wused;
+    struct iovec *wiov;
+    size_t nwiov, wiov_cap;
     /* Fingerprints of the hashes of this transaction's new chunks, built at commit, so a
      * free only scans the batch when the hash back-end may have put the same hash key. */
     uint64_t *fp;

@@ -26,6 +26,8 @@ struct store_io_ops {
     int (*list)(const char *dir, int (*fn)(void *arg, const char *name), void *arg);
     /* Exclusive, non-blocking lock on path (created if absent): fd, or -EBUSY if held. */
     int (*lock)(const char *path);
+    /* Gathered write; NULL (a test double without it): one pwrite per iovec. */
+    ssize_t (*pwritev)(int fd, const struct iovec *iov, int iovcnt, uint64_t off);
 };
 
 /* Installs ops (NULL restores the real ones). Call only while no store is open. */

@@ -106,6 +106,12 @@ int store_txn_begin(struct store *st, struct store_txn **out);
  * store_txn_commit instead. Not readable with store_chunk_read before commit. */
 int store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
                         size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id);
+/* store_txn_add_chunk for a caller that computed crc = crc32c(0, buf, len) itself (outside
+ * the commit lock) and keeps buf unchanged until commit/abort returns: the bytes are
+ * borrowed, not copied, and go to the segment straight from buf. */
+int store_txn_add_chunk_ref(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
+                            size_t hash_len, const void *buf, uint32_t len, uint32_t crc,
+                            uint64_t *chunk_id);
 /* Points (export, chunk_idx) at chunk_id, or unmaps it when chunk_id is 0; the new chunk
  * gains a reference and the old one (if any) loses one, all at commit. Sees earlier
  * map_set calls of the same transaction. */

@@ -50,6 +50,7 @@ store__txn_fini(struct store_txn *tx)
     free(tx->maps);
     free(tx->map_used);
     free(tx->wbuf);
+    free(tx->wiov);
     free(tx->segs);
     free(tx->fp);
     memset(tx, 0, sizeof(*tx));
@@ -63,7 +64,7 @@ txn_reset(struct store_txn *tx)
     for (size_t i = 0; i < tx->nmaps; i++)
         tx->maps[tx->map_used[i]].used = false;
     tx->nchunks = tx->nmaps = tx->nexports = tx->nsegs = 0;
-    tx->wlen = 0;
+    tx->wlen = tx->wused = tx->nwiov = 0;
     tx->broken = false;
     tx->active = false;
     meta_batch_clear(tx->batch);
@@ -228,13 +229,36 @@ store_txn_batch(struct store_txn *tx)
     return tx->batch;
 }
 
+/* Queues the next len bytes of the pending write: from wbuf (ext NULL: the bytes at
+ * wbuf + wused, already there) or borrowed from the caller. Room was made by reserve_append. */
+static void
+queue_piece(struct store_txn *tx, const void *ext, size_t len)
+{
+    struct iovec *last = tx->nwiov ? &tx->wiov[tx->nwiov - 1] : NULL;
+    if (!ext && last && !last->iov_base) {
+        last->iov_len += len; /* contiguous in wbuf */
+    } else {
+        tx->wiov[tx->nwiov++] = (struct iovec){(void *) ext, len};
+    }
+    if (!ext)
+        tx->wused += len;
+    tx->wlen += len;
+}
+
 static int
 flush_wbuf(struct store_txn *tx)
 {
     struct store *st = tx->st;
     if (tx->wlen == 0)
         return 0;
-    int rc = store__io_write_full(st->active->fd, tx->wbuf, tx->wlen, tx->woff);
+    size_t at = 0;
+    for (size_t i = 0; i < tx->nwiov; i++) {
+        if (!tx->wiov[i].iov_base) {
+            tx->wiov[i].iov_base = tx->wbuf + at;
+            at += tx->wiov[i].iov_len;
+        }
+    }
+    int rc = store__io_writev_full(st->active->fd, tx->wiov, tx->nwiov, tx->woff);
     /* After the write: a WAL hook that clears the flag then syncs covers these bytes. */
     __atomic_store_n(&st->active->unsynced, 1, __ATOMIC_SEQ_CST);
     if (rc) {
@@ -243,14 +267,15 @@ flush_wbuf(struct store_txn *tx)
         return rc;
     }
     tx->woff += tx->wlen;
-    tx->wlen = 0;
+    tx->wlen = tx->wused = tx->nwiov = 0;
     return 0;
 }
 
-/* Makes room for one record of reclen bytes at the end of wbuf, sealing the active segment
- * first if the record would not fit in it. The record goes to (st->active, active->size). */
+/* Makes room for one record of reclen bytes, wbytes of them copied into wbuf (two pieces at
+ * most), sealing the active segment first if the record would not fit in it. The record goes
+ * to (st->active, active->size). */
 static int
-reserve_append(struct store_txn *tx, uint64_t reclen)
+reserve_append(struct store_txn *tx, uint64_t reclen, size_t wbytes)
 {
     struct store *st = tx->st;
     if (st->active->size > 0 && st->active->size + reclen > st->opt.seg_bytes) {
@@ -268,15 +293,23 @@ reserve_append(struct store_txn *tx, uint64_t reclen)
         }
         tx->woff = st->active->size;
     }
-    if (tx->wlen + reclen > tx->wcap) {
+    if (tx->wused + wbytes > tx->wcap) {
         size_t cap = tx->wcap ? tx->wcap : (1u << 20);
-        while (cap < tx->wlen + reclen)
+        while (cap < tx->wused + wbytes)
             cap *= 2;
         uint8_t *n = realloc(tx->wbuf, cap);
         if (!n)
             return -ENOMEM;
         tx->wbuf = n;
         tx->wcap = cap;
+    }
+    if (tx->nwiov + 2 > tx->wiov_cap) {
+        size_t cap = tx->wiov_cap ? tx->wiov_cap * 2 : 256;
+        struct iovec *n = realloc(tx->wiov, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        tx->wiov = n;
+        tx->wiov_cap = cap;
     }
     return seg_delta(tx, st->active) ? 0 : -ENOMEM;
 }
@@ -288,9 +321,9 @@ alg_len(uint8_t alg)
     return hash_len((enum dedupd_hash_alg) alg);
 }
 
-int
-store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
-                    const void *buf, uint32_t len, uint64_t *chunk_id)
+static int
+add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
+          const void *buf, uint32_t len, bool borrow, uint32_t crc, uint64_t *chunk_id)
 {
     struct store *st = tx->st;
     if (tx->broken)
@@ -300,7 +333,7 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
         (alg_len(hash_alg) && alg_len(hash_alg) != hash_len))
         return -EINVAL;
     uint64_t reclen = store_record_len(len);
-    int rc = reserve_append(tx, reclen);
+    int rc = reserve_append(tx, reclen, borrow ? STORE_RECORD_HDR_LEN : reclen);
     if (rc)
         return rc;
     bool found;
@@ -316,12 +349,18 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
         .raw_len = len,
         .stored_len = len,
         .chunk_id = id,
-        .data_crc = crc32c(0, buf, len),
+        .data_crc = borrow ? crc : crc32c(0, buf, len),
     };
     if (hash_len)
         memcpy(h.hash, hash, hash_len);
-    store_record_encode(tx->wbuf + tx->wlen, &h);
-    memcpy(tx->wbuf + tx->wlen + STORE_RECORD_HDR_LEN, buf, len);
+    store_record_encode(tx->wbuf + tx->wused, &h);
+    if (borrow) {
+        queue_piece(tx, NULL, STORE_RECORD_HDR_LEN);
+        queue_piece(tx, buf, len);
+    } else {
+        memcpy(tx->wbuf + tx->wused + STORE_RECORD_HDR_LEN, buf, len);
+        queue_piece(tx, NULL, reclen);
+    }
 
     memset(e, 0, sizeof(*e));
     e->id = id;
@@ -338,10 +377,24 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
     tx->chunk_used[tx->nchunks++] = (uint32_t) (e - tx->chunks);
 
     st->cnt.next_id++;
-    tx->wlen += reclen;
     store__seg_set_size(st->active, st->active->size + reclen);
     *chunk_id = id;
     return 0;
+}
+
+int
+store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
+                    const void *buf, uint32_t len, uint64_t *chunk_id)
+{
+    return add_chunk(tx, hash_alg, hash, hash_len, buf, len, false, 0, chunk_id);
+}
+
+int
+store_txn_add_chunk_ref(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
+                        size_t hash_len, const void *buf, uint32_t len, uint32_t crc,
+                        uint64_t *chunk_id)
+{
+    return add_chunk(tx, hash_alg, hash, hash_len, buf, len, true, crc, chunk_id);
 }
 
 int
@@ -796,10 +849,10 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
                     mv[i].id, from->id, mv[i].off);
             continue;
         }
-        rc = reserve_append(tx, reclen);
+        rc = reserve_append(tx, reclen, reclen);
         if (rc)
             break;
-        memcpy(tx->wbuf + tx->wlen, buf + mv[i].buf_off, reclen);
+        memcpy(tx->wbuf + tx->wused, buf + mv[i].buf_off, reclen);
         uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX], rk[META_REV_KEY_LEN],
             rv[META_ID_VAL_LEN];
         meta_key_rev_encode(rk, r.seg, r.off);
@@ -812,7 +865,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         meta_key_rev_encode(rk, r.seg, r.off);
         meta_val_id_encode(rv, mv[i].id);
         meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
-        tx->wlen += reclen;
+        queue_piece(tx, NULL, reclen);
         store__seg_set_size(st->active, st->active->size + reclen);
         seg_delta(tx, st->active)->d_live += (int64_t) reclen;
         fd = seg_delta(tx, from); /* the array may have grown */

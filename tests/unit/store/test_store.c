@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "meta/keys.h"
 #include "meta/meta.h"
+#include "util/crc32c.h"
 #include "util/log.h"
 
 static char dir[64];
@@ -545,5 +546,46 @@ Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
     close(fd);
     cr_assert_eq(store_chunks_read(st, id, N, p, 4096), -EUCLEAN);
     cr_assert_eq(store_chunks_read(st, id, 12, p, 4096), 0); /* the ones before are fine */
+    store_close(st);
+}
+
+Test(store, add_chunk_ref_writes_borrowed_bytes_across_a_seal)
+{
+    struct store *st = open_store(64 << 10); /* 15 records of 4 KiB per segment */
+    enum { N = 40 };
+    static uint8_t bufs[N][4096];
+    uint64_t id[N];
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    for (int i = 0; i < N; i++) {
+        uint8_t h[DEDUPD_HASH_MAX_LEN];
+        fill(bufs[i], 4096, 500 + (uint64_t) i);
+        hash_compute(DEDUPD_HASH_SHA256, bufs[i], 4096, h);
+        if (i % 3 == 0) { /* copied and borrowed records interleaved */
+            cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_SHA256, h, 32, bufs[i], 4096, &id[i]),
+                         0);
+        } else {
+            uint32_t crc = crc32c(0, bufs[i], 4096) ^ (i == 7); /* record 7: a wrong CRC */
+            cr_assert_eq(store_txn_add_chunk_ref(tx, DEDUPD_HASH_SHA256, h, 32, bufs[i], 4096, crc,
+                                                 &id[i]),
+                         0);
+        }
+        cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, id[i]), 0);
+    }
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    memset(bufs, 0, sizeof(bufs)); /* the store must not need them any more */
+    store_close(st);
+    st = open_store(64 << 10); /* recovery walks the segments: every record is whole */
+    for (int i = 0; i < N; i++) {
+        if (i == 7) {
+            uint8_t b[4096];
+            cr_assert_eq(store_chunk_read(st, id[i], b, sizeof(b)), -EUCLEAN);
+            continue;
+        }
+        expect_bytes(st, id[i], 500 + (uint64_t) i, 4096);
+    }
+    struct store_stats s;
+    cr_assert_eq(store_stats(st, &s), 0);
+    cr_assert_geq(s.segments, 3);
     store_close(st);
 }
