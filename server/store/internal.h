@@ -96,6 +96,12 @@ struct store_txn {
      * the total, wused the part in wbuf. */
     uint8_t *wbuf;
     size_t wlen, wcap, wused;
+    /* Chunk entries as last committed, by id, direct-mapped (commit_lock): a duplicate
+     * write references the same few hot chunks over and over, and reading their entries
+     * back from RocksDB inside the commit lock cost every writer. Every committed change
+     * of a chunk entry updates or drops its slot (txn commit, compaction's moves, check's
+     * repairs: store__ccache_drop_all). id 0 = empty. */
+    struct store_ccache_slot *ccache;
     struct iovec *wiov;
     size_t nwiov, wiov_cap;
     /* Fingerprints of the hashes of this transaction's new chunks, built at commit, so a
@@ -198,6 +204,13 @@ int store__sync_locked(struct store *st);                  /* commit_lock */
 
 /* txn.c */
 int store__txn_init(struct store_txn *tx, struct store *st);
+#define STORE_CCACHE_SLOTS 4096 /* ~320 KiB */
+struct store_ccache_slot {
+    uint64_t id;
+    struct meta_chunk_rec rec;
+};
+/* Forgets every cached chunk entry (after entries changed behind the transactions). */
+void store__ccache_drop_all(struct store *st);
 void store__txn_fini(struct store_txn *tx);
 struct store_move { /* one record compaction wants to copy */
     uint64_t off;   /* in the source segment */

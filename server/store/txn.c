@@ -36,7 +36,8 @@ store__txn_init(struct store_txn *tx, struct store *st)
     tx->maps_cap = 1024;
     tx->maps = calloc(tx->maps_cap, sizeof(*tx->maps));
     tx->map_used = malloc(tx->maps_cap * sizeof(*tx->map_used));
-    if (!tx->batch || !tx->chunks || !tx->chunk_used || !tx->maps || !tx->map_used)
+    tx->ccache = calloc(STORE_CCACHE_SLOTS, sizeof(*tx->ccache));
+    if (!tx->batch || !tx->chunks || !tx->chunk_used || !tx->maps || !tx->map_used || !tx->ccache)
         return -ENOMEM;
     return 0;
 }
@@ -51,6 +52,7 @@ store__txn_fini(struct store_txn *tx)
     free(tx->map_used);
     free(tx->wbuf);
     free(tx->wiov);
+    free(tx->ccache);
     free(tx->segs);
     free(tx->fp);
     memset(tx, 0, sizeof(*tx));
@@ -114,6 +116,51 @@ chunks_grow(struct store_txn *tx)
     return 0;
 }
 
+/* ---- the chunk-entry cache (see struct store_txn) ---- */
+
+static struct store_ccache_slot *
+ccache_slot(struct store_txn *tx, uint64_t id)
+{
+    return &tx->ccache[mix64(id) & (STORE_CCACHE_SLOTS - 1)];
+}
+
+static void
+ccache_put(struct store_txn *tx, uint64_t id, const struct meta_chunk_rec *r)
+{
+    struct store_ccache_slot *s = ccache_slot(tx, id);
+    s->id = id;
+    s->rec = *r;
+}
+
+static void
+ccache_drop(struct store_txn *tx, uint64_t id)
+{
+    struct store_ccache_slot *s = ccache_slot(tx, id);
+    if (s->id == id)
+        s->id = 0;
+}
+
+void
+store__ccache_drop_all(struct store *st)
+{
+    memset(st->txn.ccache, 0, STORE_CCACHE_SLOTS * sizeof(*st->txn.ccache));
+}
+
+/* The committed entry of chunk id: from the cache, else from meta (then cached). */
+static int
+chunk_load(struct store_txn *tx, uint64_t id, struct meta_chunk_rec *r)
+{
+    struct store_ccache_slot *s = ccache_slot(tx, id);
+    if (s->id == id) {
+        *r = s->rec;
+        return 0;
+    }
+    int rc = store__chunk_load(tx->st, id, r);
+    if (rc == 0)
+        ccache_put(tx, id, r);
+    return rc;
+}
+
 /* The overlay entry of id, loading it from meta if the transaction has not touched it. */
 static int
 chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
@@ -125,7 +172,7 @@ chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
         return 0;
     }
     struct meta_chunk_rec r;
-    int rc = store__chunk_load(tx->st, id, &r);
+    int rc = chunk_load(tx, id, &r);
     if (rc)
         return rc;
     if ((tx->nchunks + 1) * 2 > tx->chunks_cap) {
@@ -785,6 +832,17 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
         d->sg->dirty = false;
     }
+    for (size_t i = 0; i < tx->nchunks; i++) { /* the cache follows the committed entries */
+        struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
+        int64_t after = (int64_t) e->rec.refs + e->delta;
+        if (after == 0) {
+            ccache_drop(tx, e->id);
+        } else if (!e->is_new) { /* new ones: loaded (and cached) once they are reused */
+            struct meta_chunk_rec r = e->rec;
+            r.refs = (uint64_t) after;
+            ccache_put(tx, e->id, &r);
+        }
+    }
     for (size_t i = 0; i < tx->nexports; i++)
         store__export_count_set(st, tx->exports[i].export_id, export_vals[i]);
     pthread_mutex_lock(&st->stat_lock);
@@ -833,6 +891,8 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
     *moved = 0;
     struct txn_seg *fd = seg_delta(tx, from);
     int rc = fd ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        ccache_drop(tx, mv[i].id); /* their entries move: read them afresh from now on */
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct meta_chunk_rec r;
         int lr = store__chunk_load(st, mv[i].id, &r);

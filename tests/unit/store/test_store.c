@@ -566,9 +566,9 @@ Test(store, add_chunk_ref_writes_borrowed_bytes_across_a_seal)
                          0);
         } else {
             uint32_t crc = crc32c(0, bufs[i], 4096) ^ (i == 7); /* record 7: a wrong CRC */
-            cr_assert_eq(store_txn_add_chunk_ref(tx, DEDUPD_HASH_SHA256, h, 32, bufs[i], 4096, crc,
-                                                 &id[i]),
-                         0);
+            cr_assert_eq(
+                store_txn_add_chunk_ref(tx, DEDUPD_HASH_SHA256, h, 32, bufs[i], 4096, crc, &id[i]),
+                0);
         }
         cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, id[i]), 0);
     }
@@ -587,5 +587,67 @@ Test(store, add_chunk_ref_writes_borrowed_bytes_across_a_seal)
     struct store_stats s;
     cr_assert_eq(store_stats(st, &s), 0);
     cr_assert_geq(s.segments, 3);
+    store_close(st);
+}
+
+/* The transactions' cache of chunk entries must follow every committed change: a chunk
+ * cached by a transaction, then moved by compaction, then referenced again must keep its
+ * new location; refcounts repaired by check must be the ones the next transaction sees. */
+Test(store, cached_chunk_entries_follow_compaction_and_repair)
+{
+    struct store *st = open_store(64 << 10);
+    struct store_txn *tx;
+    uint64_t a = 0;
+    for (int i = 0; i < 40; i++) { /* fills and seals a few segments */
+        cr_assert_eq(store_txn_begin(st, &tx), 0);
+        uint64_t id = add(tx, 700 + (uint64_t) i, 4096);
+        cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, id), 0);
+        cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+        if (i == 0)
+            a = id;
+    }
+    cr_assert_eq(store_txn_begin(st, &tx), 0); /* a is now in the cache, refs 2 */
+    cr_assert_eq(store_txn_map_set(tx, 2, 0, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_txn_begin(st, &tx), 0); /* everything else in a's segment dies */
+    for (uint64_t i = 1; i < 40; i++)
+        cr_assert_eq(store_txn_map_set(tx, 1, i, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info before, after;
+    cr_assert_eq(store_chunk_get(st, a, &before), 0);
+    struct store_compact_result cres;
+    cr_assert_eq(store_compact(st, true, NULL, NULL, &cres), 0);
+    cr_assert_eq(store_chunk_get(st, a, &after), 0);
+    cr_assert(after.seg != before.seg || after.off != before.off, "a was moved");
+
+    cr_assert_eq(store_txn_begin(st, &tx), 0); /* a referenced again after the move */
+    cr_assert_eq(store_txn_map_set(tx, 2, 1, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info now;
+    cr_assert_eq(store_chunk_get(st, a, &now), 0);
+    cr_assert_eq(now.seg, after.seg);
+    cr_assert_eq(now.off, after.off);
+    cr_assert_eq(now.refs, 3);
+    expect_bytes(st, a, 700, 4096);
+
+    /* A map entry written behind the store's back makes a's refcount wrong; check repairs
+     * it (4): the next transaction must start from the repaired value, not a cached 3. */
+    uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
+    meta_key_map_encode(key, 3, 0);
+    meta_val_id_encode(val, a);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_MAP, key, sizeof(key), val, sizeof(val));
+    cr_assert_eq(meta_batch_commit(store_meta(st), b, false), 0);
+    meta_batch_free(b);
+    struct store_check_result chk;
+    cr_assert_eq(store_check(st, true, NULL, NULL, NULL, &chk), 0);
+    cr_assert_geq(chk.repaired, 1);
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 2, 0, 0), 0); /* 4 -> 3 */
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_chunk_get(st, a, &now), 0);
+    cr_assert_eq(now.refs, 3);
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &chk), 0);
+    cr_assert_eq(chk.problems, 0);
     store_close(st);
 }
