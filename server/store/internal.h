@@ -36,6 +36,7 @@ struct store_seg {
     /* Below: commit_lock. */
     uint64_t size;   /* bytes appended (the append position of the active segment) */
     uint64_t synced; /* bytes made durable by fdatasync */
+    uint64_t kicked; /* bytes whose write-back was started early (store_txn_commit) */
     uint64_t live;   /* record bytes of live chunks */
     uint64_t dead;   /* record bytes of freed or never-indexed records */
     bool sealed;

@@ -45,6 +45,12 @@ r_pwritev(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
 }
 
 static int
+r_writeback(int fd, uint64_t off, uint64_t len)
+{
+    return sync_file_range(fd, (off_t) off, (off_t) len, SYNC_FILE_RANGE_WRITE) < 0 ? -errno : 0;
+}
+
+static int
 r_fdatasync(int fd)
 {
     return fdatasync(fd) < 0 ? -errno : 0;
@@ -128,6 +134,7 @@ static const struct store_io_ops real_ops = {
     .close = r_close,
     .preadv = r_preadv,
     .pwritev = r_pwritev,
+    .writeback = r_writeback,
     .pwrite = r_pwrite,
     .fdatasync = r_fdatasync,
     .ftruncate = r_ftruncate,
