@@ -146,6 +146,12 @@ struct engine_extent {
 /* Returns the number of runs written (>= 1), or -errno. */
 int engine_extents(struct engine_export *ex, uint64_t off, uint64_t len,
                    struct engine_extent *ext, size_t cap);
+/* Request flag of engine_extents_opt (and of an EXTENTS engine_req): the caller needs holes
+ * and data only, so ENGINE_EXT_SHARED is never set and no chunk record is read (one point
+ * read per mapped chunk saved: nbdcopy asks for base:allocation over everything it copies). */
+#define ENGINE_EXTENTS_ALLOC_ONLY (1u << 0)
+int engine_extents_opt(struct engine_export *ex, uint64_t off, uint64_t len,
+                       struct engine_extent *ext, size_t cap, unsigned flags);
 
 /* ---- the async door (loop thread) ---- */
 

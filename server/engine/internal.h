@@ -88,6 +88,8 @@ struct engine_export {
 
 /* ---- the engine ---- */
 
+#define ENGINE_STAGE_RING 4096 /* a power of two */
+
 struct engine {
     struct store *st;
     struct meta *m; /* borrowed from st */
@@ -106,6 +108,15 @@ struct engine {
     engine_hash_fn hash_fn;     /* hash_compute, or a test's override */
     struct engine_hashpool *hp; /* helper threads for hashing large requests */
     _Atomic uint32_t hashing;   /* write requests in their hashing step now */
+
+    /* Hash entries staged by write transactions (the first 8 bytes of each hash), so that
+     * a request can look its hashes up BEFORE taking the commit lock and, inside it,
+     * re-check only those staged since (write.c). stage_ring and stage_seq change under
+     * the store's commit lock only; stage_done is stage_seq at the start of the latest
+     * write transaction: every entry staged before it has been committed (or dropped). */
+    uint64_t stage_ring[ENGINE_STAGE_RING];
+    uint64_t stage_seq;
+    _Atomic uint64_t stage_done;
 };
 
 /* hashpool.c: fn(arg, i) for every i in [0, n) on this thread and the pool's helpers;

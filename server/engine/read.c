@@ -64,15 +64,24 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
         rc = store_map_scan(e->st, xs->id, first, n, collect_id, &s);
     }
     uint8_t *scratch = NULL;
+    /* Whole mapped chunks of a multi-chunk read go to the store in one call (one iterator
+     * pass over their entries, one preadv per run of adjacent records): their ids stay
+     * in ids[], their destinations in bufs[]; the rest is done here. */
+    void **bufs = NULL;
+    if (n > 1 && rc == 0 && !(bufs = malloc(n * sizeof(*bufs))))
+        rc = -ENOMEM;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
         uint64_t cstart = (first + i) * cs;
         uint64_t lo = off > cstart ? off : cstart;
         uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
         uint8_t *dst = buf + (lo - off);
+        if (bufs)
+            bufs[i] = dst;
         if (!ids[i]) {
             memset(dst, 0, hi - lo);
         } else if (hi - lo == cs) {
-            rc = read_chunk(e, xs, first + i, ids[i], dst);
+            if (!bufs)
+                rc = read_chunk(e, xs, first + i, ids[i], dst);
         } else {
             if (!scratch && !(scratch = malloc(cs))) {
                 rc = -ENOMEM;
@@ -81,8 +90,17 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
             rc = read_chunk(e, xs, first + i, ids[i], scratch);
             if (rc == 0)
                 memcpy(dst, scratch + (lo - cstart), hi - lo);
+            if (bufs)
+                ids[i] = 0; /* done */
         }
     }
+    if (rc == 0 && bufs) {
+        rc = store_chunks_read(e->st, ids, n, bufs, cs);
+        if (rc < 0)
+            log_err("engine: export %s chunks %" PRIu64 "+%" PRIu64 ": read failed: %s",
+                    xs->rec.name, first, n, strerror(-rc));
+    }
+    free(bufs);
     free(scratch);
     if (ids != &one)
         free(ids);
@@ -117,6 +135,7 @@ engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
 
 struct ext_builder {
     struct engine *e;
+    bool alloc_only;   /* no ENGINE_EXT_SHARED: no chunk record reads */
     uint64_t examined; /* mapped chunks looked at */
     uint64_t off, end; /* the byte range described */
     uint32_t cs;
@@ -161,8 +180,8 @@ ext_mapped(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
         b->full = true; /* described up to chunk_idx: enough for one call */
         return 1;
     }
-    struct store_chunk_info info;
-    int rc = store_chunk_get(b->e->st, chunk_id, &info);
+    struct store_chunk_info info = {.refs = 1};
+    int rc = b->alloc_only ? 0 : store_chunk_get(b->e->st, chunk_id, &info);
     if (rc < 0) {
         b->err = rc;
         return 1;
@@ -176,6 +195,13 @@ int
 engine_extents(struct engine_export *ex, uint64_t off, uint64_t len, struct engine_extent *ext,
                size_t cap)
 {
+    return engine_extents_opt(ex, off, len, ext, cap, 0);
+}
+
+int
+engine_extents_opt(struct engine_export *ex, uint64_t off, uint64_t len, struct engine_extent *ext,
+                   size_t cap, unsigned flags)
+{
     struct engine *e = ex->e;
     struct engine_xstate *xs = ex->xs;
     if (!engine__range_ok(xs, off, len) || len == 0 || cap == 0 || !ext)
@@ -184,6 +210,7 @@ engine_extents(struct engine_export *ex, uint64_t off, uint64_t len, struct engi
     const uint64_t first = off / cs, last = (off + len - 1) / cs;
     struct ext_builder b = {
         .e = e,
+        .alloc_only = flags & ENGINE_EXTENTS_ALLOC_ONLY,
         .off = off,
         .end = off + len,
         .cs = cs,

@@ -31,7 +31,8 @@ run_op(uv_work_t *w)
         req->result = engine_flush(req->engine ? req->engine : req->ex->e);
         break;
     case ENGINE_OP_EXTENTS:
-        req->result = engine_extents(req->ex, req->off, req->len, req->ext, req->ext_cap);
+        req->result =
+            engine_extents_opt(req->ex, req->off, req->len, req->ext, req->ext_cap, req->flags);
         break;
     case ENGINE_OP_FN:
         req->result = req->fn(req->arg);

@@ -4,12 +4,15 @@
  *      when unmapped) and overlaid: read-modify-write, which still deduplicates;
  *   2. zero detection first (cheap, and half of a typical image): a zero chunk is unmapped,
  *      never stored;
- *   3. hash every other chunk (a large request's on several cores: hashpool.c), and find
- *      duplicates within the request, all BEFORE the transaction, which holds the store's
- *      commit lock;
+ *   3. hash every other chunk (a large request's on several cores: hashpool.c), find
+ *      duplicates within the request, read the chunks' current map entries and look the
+ *      hashes up in the index, all BEFORE the transaction, which holds the store's commit
+ *      lock (every writer waits for it, so it must hold no point read it can avoid);
  *   4. in the transaction, per chunk: duplicate of an earlier chunk of the request, else
- *      index look-up; a hit is shared after (verify:) a byte comparison, a miss is appended
- *      as a new chunk and its hash staged for the index; then map_set;
+ *      the index answer (an early miss is re-asked only if a hash with the same head was
+ *      staged since; an early hit only if its chunk was freed since); a hit is shared
+ *      after (verify:) a byte comparison, a miss is appended as a new chunk and its hash
+ *      staged for the index; then map_set with the early map value;
  *   5. commit once (one RocksDB batch: invariant 3), then publish the staged index entries
  *      (invariant 2: never before their chunk is committed).
  * One allocation per request holds every per-chunk array and scratch buffer: no per-chunk
@@ -22,6 +25,7 @@
 
 #include "engine/internal.h"
 #include "store/store.h"
+#include "util/crc32c.h"
 #include "util/hash.h"
 #include "util/log.h"
 
@@ -32,6 +36,10 @@ struct wchunk {
     uint32_t client_bytes; /* bytes of the request that land in this chunk */
     int32_t dup_of;        /* earlier chunk of this request with the same hash, or -1 */
     bool zero;
+    int8_t pre;      /* index look-up made before the transaction: PRE_* */
+    uint64_t pre_id; /* PRE_HIT: the chunk found */
+    uint64_t old_id; /* the chunk mapped here before this request (0: none) */
+    uint32_t crc;    /* CRC32C of data, for the store's record (computed with the hash) */
     uint8_t hash[DEDUPD_HASH_MAX_LEN];
 };
 
@@ -43,6 +51,9 @@ struct wpolicy {
     bool verify;  /* byte-compare before sharing (invariant 6) */
     bool trusted; /* index entries always name live chunks (persistent back-end) */
 };
+
+/* Look-ups made before the transaction (outside the commit lock). */
+enum { PRE_NONE, PRE_MISS, PRE_HIT };
 
 struct wreq {
     struct engine *e;
@@ -56,6 +67,7 @@ struct wreq {
     uint8_t *verify_buf; /* cs bytes when p.verify */
     struct index_batch ib;
     _Atomic int hash_err; /* from any hashing thread */
+    uint64_t seen;        /* e->stage_done before the early index look-ups */
     /* counted after a successful commit */
     uint64_t hits, misses, compares, mismatches, zero_bytes;
 };
@@ -74,15 +86,17 @@ is_zero(const uint8_t *p, size_t n)
 
 /* Reads chunk idx's current bytes into out (zeros when unmapped): the R of RMW. */
 static int
-read_current(struct engine *e, struct engine_xstate *xs, uint64_t idx, uint8_t *out)
+read_current(struct engine *e, struct engine_xstate *xs, uint64_t idx, uint8_t *out, uint64_t *idp)
 {
     uint32_t cs = xs->rec.chunk_size;
     uint64_t id;
     int rc = store_map_get(e->st, xs->id, idx, &id);
+    *idp = 0;
     if (rc == -ENOENT) {
         memset(out, 0, cs);
         return 0;
     }
+    *idp = id;
     if (rc < 0)
         return rc;
     ssize_t n = store_chunk_read(e->st, id, out, cs);
@@ -113,6 +127,7 @@ hash_one(void *arg, uint32_t i)
     int rc = w->e->hash_fn(w->p.alg, c->data, w->cs, c->hash);
     if (rc < 0)
         atomic_store(&w->hash_err, rc);
+    c->crc = crc32c(0, c->data, w->cs); /* here rather than in the commit lock */
 }
 
 /* Chunks of the request not covered whole (0, 1 or 2): each needs an RMW buffer. */
@@ -134,6 +149,12 @@ hash_head(const uint8_t *h)
     return v;
 }
 
+static uint32_t
+dup_slot(const struct wreq *w, uint64_t head)
+{
+    return (uint32_t) (head * 0x9E3779B97F4A7C15ULL >> 32) & w->dup_mask;
+}
+
 /* Step 3b: marks each chunk whose hash an earlier chunk of the request already has. */
 static void
 find_request_dups(struct wreq *w)
@@ -143,7 +164,7 @@ find_request_dups(struct wreq *w)
         struct wchunk *c = &w->c[i];
         if (c->zero)
             continue;
-        uint32_t s = (uint32_t) (hash_head(c->hash) * 0x9E3779B97F4A7C15ULL >> 32) & w->dup_mask;
+        uint32_t s = dup_slot(w, hash_head(c->hash));
         for (;; s = (s + 1) & w->dup_mask) {
             int32_t j = w->dup_table[s];
             if (j < 0) {
@@ -156,6 +177,80 @@ find_request_dups(struct wreq *w)
             }
         }
     }
+}
+
+/* Step 3c, still outside the commit lock: every chunk's current map entry (stable: the
+ * caller holds the range lock exclusively, and only range-locked writers change an open
+ * export's map) and the index look-up of every chunk that needs one. The commit lock
+ * serializes all writers, so these point reads there would cost every request's time. */
+static int
+prefetch(struct wreq *w)
+{
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct wchunk *c = &w->c[i];
+        if (c->old_id != UINT64_MAX)
+            continue; /* read for RMW */
+        int rc = store_map_get(w->e->st, w->xs->id, c->idx, &c->old_id);
+        if (rc == -ENOENT)
+            c->old_id = 0;
+        else if (rc < 0)
+            return rc;
+    }
+    if (w->p.alg == DEDUPD_HASH_NONE)
+        return 0;
+    /* Before the look-ups: entries staged from here on are re-checked in the transaction. */
+    w->seen = atomic_load_explicit(&w->e->stage_done, memory_order_acquire);
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct wchunk *c = &w->c[i];
+        if (c->zero || c->dup_of >= 0)
+            continue;
+        int rc = index_lookup(w->p.ix, w->p.alg, c->hash, w->p.hlen, &c->pre_id);
+        c->pre = rc == 0 ? PRE_HIT : rc == -ENOENT ? PRE_MISS : PRE_NONE;
+    }
+    return 0;
+}
+
+/* In the transaction (commit lock held): an early miss stays a miss unless a transaction
+ * staged an entry with the same hash head since the look-up; then look it up again. */
+static void
+recheck_misses(struct wreq *w, uint64_t seq)
+{
+    const struct engine *e = w->e;
+    if (w->p.alg == DEDUPD_HASH_NONE || seq == w->seen)
+        return;
+    if (seq - w->seen > ENGINE_STAGE_RING) { /* the ring lost some: trust none */
+        for (uint32_t i = 0; i < w->n; i++)
+            if (w->c[i].pre == PRE_MISS)
+                w->c[i].pre = PRE_NONE;
+        return;
+    }
+    for (uint64_t j = w->seen; j != seq; j++) {
+        uint64_t head = e->stage_ring[j & (ENGINE_STAGE_RING - 1)];
+        for (uint32_t s = dup_slot(w, head); w->dup_table[s] >= 0; s = (s + 1) & w->dup_mask) {
+            struct wchunk *c = &w->c[w->dup_table[s]];
+            if (hash_head(c->hash) == head && c->pre == PRE_MISS)
+                c->pre = PRE_NONE;
+        }
+    }
+}
+
+/* The index look-up for c in the transaction, using the early one where it still holds. */
+static int
+lookup_in_txn(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint64_t *cand)
+{
+    const struct wpolicy *p = &w->p;
+    if (c->pre == PRE_MISS)
+        return -ENOENT;
+    if (c->pre == PRE_HIT) {
+        /* Chunk ids are never reused: if it still exists it is the chunk the entry named,
+         * with this hash. Gone (freed meanwhile): ask the index again. */
+        int rc = store_txn_chunk_hold(tx, c->pre_id);
+        if (rc == 0)
+            *cand = c->pre_id;
+        if (rc != -ENOENT)
+            return rc;
+    }
+    return index_lookup(p->ix, p->alg, c->hash, p->hlen, cand);
 }
 
 /* An index hit on cand for chunk c: may it be shared? Stale memory entries are dropped. */
@@ -222,7 +317,7 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
         }
     }
     uint64_t cand;
-    int rc = index_lookup(p->ix, p->alg, c->hash, p->hlen, &cand);
+    int rc = lookup_in_txn(w, tx, c, &cand);
     if (rc == 0) {
         bool share;
         rc = confirm_hit(w, tx, c, cand, &share);
@@ -237,9 +332,14 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
     if (rc < 0 && rc != -ENOENT)
         return rc;
     w->misses++;
-    rc = store_txn_add_chunk(tx, (uint8_t) p->alg, c->hash, p->hlen, c->data, w->cs, &c->chunk_id);
-    if (rc == 0 && !claimed)
+    /* c->data lives until the request ends, so the store may write it from there. */
+    rc = store_txn_add_chunk_ref(tx, (uint8_t) p->alg, c->hash, p->hlen, c->data, w->cs, c->crc,
+                                 &c->chunk_id);
+    if (rc == 0 && !claimed) {
         rc = index_stage(p->ix, &w->ib, (uint8_t) p->alg, c->hash, p->hlen, c->chunk_id);
+        struct engine *e = w->e;
+        e->stage_ring[e->stage_seq++ & (ENGINE_STAGE_RING - 1)] = hash_head(c->hash);
+    }
     return rc;
 }
 
@@ -251,12 +351,17 @@ run_txn(struct wreq *w)
     if (rc < 0)
         return rc;
     index_batch_reset(&w->ib, store_txn_batch(tx));
+    /* Every transaction that staged before this one has committed or failed. */
+    uint64_t seq = w->e->stage_seq;
+    atomic_store_explicit(&w->e->stage_done, seq, memory_order_release);
+    recheck_misses(w, seq);
     for (uint32_t i = 0; i < w->n && rc == 0; i++) {
         struct wchunk *c = &w->c[i];
         if (!c->zero)
             rc = resolve_chunk(w, tx, c);
         if (rc == 0)
-            rc = store_txn_map_set(tx, w->xs->id, c->idx, c->zero ? 0 : c->chunk_id);
+            rc = store_txn_map_set_known(tx, w->xs->id, c->idx, c->old_id,
+                                         c->zero ? 0 : c->chunk_id);
     }
     if (rc < 0) {
         store_txn_abort(tx);
@@ -336,12 +441,14 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
         c->chunk_id = 0;
         c->client_bytes = (uint32_t) (hi - lo);
         c->dup_of = -1;
+        c->pre = PRE_NONE;
+        c->old_id = UINT64_MAX; /* not read yet */
         if (hi - lo == cs) {
             c->data = buf ? buf + (lo - off) : NULL;
         } else {
             uint8_t *s = scratch;
             scratch += cs;
-            rc = read_current(e, xs, c->idx, s);
+            rc = read_current(e, xs, c->idx, s, &c->old_id);
             if (rc < 0)
                 goto out;
             if (buf)
@@ -370,6 +477,9 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
             goto out;
         find_request_dups(&w);
     }
+    rc = prefetch(&w);
+    if (rc < 0)
+        goto out;
 
     /* Steps 4 and 5. */
     rc = run_txn(&w);

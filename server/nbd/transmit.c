@@ -103,6 +103,8 @@ submit(struct nbd_conn *c, struct nbd_req *req)
             return;
         }
         er->op = ENGINE_OP_EXTENTS;
+        /* Chunk refcounts cost a point read per mapped chunk: only for dedupd:shared. */
+        er->flags = (c->meta_ctx & (1u << NBD_CTX_DEDUPD_SHARED)) ? 0 : ENGINE_EXTENTS_ALLOC_ONLY;
         er->ext = req->ext;
         er->ext_cap = cap;
         break;

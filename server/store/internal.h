@@ -24,6 +24,8 @@
 extern const struct store_io_ops *store__io;
 ssize_t store__io_read_full(int fd, void *buf, size_t len, uint64_t off);
 int store__io_write_full(int fd, const void *buf, size_t len, uint64_t off);
+/* Writes every byte of iov[0..cnt) (consumed: the array is modified) at off. */
+int store__io_writev_full(int fd, struct iovec *iov, size_t cnt, uint64_t off);
 int store__io_mkdir_p(const char *path);
 
 struct store_seg {
@@ -34,6 +36,7 @@ struct store_seg {
     /* Below: commit_lock. */
     uint64_t size;   /* bytes appended (the append position of the active segment) */
     uint64_t synced; /* bytes made durable by fdatasync */
+    uint64_t kicked; /* bytes whose write-back was started early (store_txn_commit) */
     uint64_t live;   /* record bytes of live chunks */
     uint64_t dead;   /* record bytes of freed or never-indexed records */
     bool sealed;
@@ -88,9 +91,20 @@ struct store_txn {
     size_t nexports;
     struct txn_seg *segs;
     size_t nsegs, segs_cap;
-    /* Appended records not yet written: one pwrite at commit (or at a seal). */
+    /* Appended records not yet written: one pwritev at commit (or at a seal) of the pieces
+     * in order. A piece is either the next iov_len bytes of wbuf (iov_base NULL: wbuf may
+     * move while it grows) or caller bytes borrowed until commit (add_chunk_ref). wlen is
+     * the total, wused the part in wbuf. */
     uint8_t *wbuf;
-    size_t wlen, wcap;
+    size_t wlen, wcap, wused;
+    /* Chunk entries as last committed, by id, direct-mapped (commit_lock): a duplicate
+     * write references the same few hot chunks over and over, and reading their entries
+     * back from RocksDB inside the commit lock cost every writer. Every committed change
+     * of a chunk entry updates or drops its slot (txn commit, compaction's moves, check's
+     * repairs: store__ccache_drop_all). id 0 = empty. */
+    struct store_ccache_slot *ccache;
+    struct iovec *wiov;
+    size_t nwiov, wiov_cap;
     /* Fingerprints of the hashes of this transaction's new chunks, built at commit, so a
      * free only scans the batch when the hash back-end may have put the same hash key. */
     uint64_t *fp;
@@ -191,6 +205,13 @@ int store__sync_locked(struct store *st);                  /* commit_lock */
 
 /* txn.c */
 int store__txn_init(struct store_txn *tx, struct store *st);
+#define STORE_CCACHE_SLOTS 4096 /* ~320 KiB */
+struct store_ccache_slot {
+    uint64_t id;
+    struct meta_chunk_rec rec;
+};
+/* Forgets every cached chunk entry (after entries changed behind the transactions). */
+void store__ccache_drop_all(struct store *st);
 void store__txn_fini(struct store_txn *tx);
 struct store_move { /* one record compaction wants to copy */
     uint64_t off;   /* in the source segment */

@@ -37,6 +37,19 @@ r_pwrite(int fd, const void *buf, size_t len, uint64_t off)
     return n < 0 ? -errno : n;
 }
 
+static ssize_t
+r_pwritev(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+    ssize_t n = pwritev(fd, iov, iovcnt, (off_t) off);
+    return n < 0 ? -errno : n;
+}
+
+static int
+r_writeback(int fd, uint64_t off, uint64_t len)
+{
+    return sync_file_range(fd, (off_t) off, (off_t) len, SYNC_FILE_RANGE_WRITE) < 0 ? -errno : 0;
+}
+
 static int
 r_fdatasync(int fd)
 {
@@ -120,6 +133,8 @@ static const struct store_io_ops real_ops = {
     .open = r_open,
     .close = r_close,
     .preadv = r_preadv,
+    .pwritev = r_pwritev,
+    .writeback = r_writeback,
     .pwrite = r_pwrite,
     .fdatasync = r_fdatasync,
     .ftruncate = r_ftruncate,
@@ -176,6 +191,49 @@ store__io_write_full(int fd, const void *buf, size_t len, uint64_t off)
         if (n == 0)
             return -EIO;
         done += (size_t) n;
+    }
+    return 0;
+}
+
+/* Linux's IOV_MAX: the most iovecs one pwritev takes. */
+#define WRITEV_MAX 1024
+
+int
+store__io_writev_full(int fd, struct iovec *iov, size_t cnt, uint64_t off)
+{
+    if (!store__io->pwritev) {
+        for (size_t i = 0; i < cnt; i++) {
+            int rc = store__io_write_full(fd, iov[i].iov_base, iov[i].iov_len, off);
+            if (rc)
+                return rc;
+            off += iov[i].iov_len;
+        }
+        return 0;
+    }
+    while (cnt > 0) {
+        if (iov->iov_len == 0) {
+            iov++;
+            cnt--;
+            continue;
+        }
+        ssize_t n = store__io->pwritev(fd, iov, (int) (cnt < WRITEV_MAX ? cnt : WRITEV_MAX), off);
+        if (n == -EINTR)
+            continue;
+        if (n < 0)
+            return (int) n;
+        if (n == 0)
+            return -EIO;
+        off += (uint64_t) n;
+        for (size_t done = (size_t) n; done > 0;) { /* skip what was written */
+            size_t step = done < iov->iov_len ? done : iov->iov_len;
+            iov->iov_base = (uint8_t *) iov->iov_base + step;
+            iov->iov_len -= step;
+            done -= step;
+            if (iov->iov_len == 0) {
+                iov++;
+                cnt--;
+            }
+        }
     }
     return 0;
 }

@@ -26,6 +26,11 @@ struct store_io_ops {
     int (*list)(const char *dir, int (*fn)(void *arg, const char *name), void *arg);
     /* Exclusive, non-blocking lock on path (created if absent): fd, or -EBUSY if held. */
     int (*lock)(const char *path);
+    /* Gathered write; NULL (a test double without it): one pwrite per iovec. */
+    ssize_t (*pwritev)(int fd, const struct iovec *iov, int iovcnt, uint64_t off);
+    /* Starts write-back of [off, off+len) without waiting for it (a hint: durability
+     * still comes from fdatasync only); NULL: nothing. */
+    int (*writeback)(int fd, uint64_t off, uint64_t len);
 };
 
 /* Installs ops (NULL restores the real ones). Call only while no store is open. */

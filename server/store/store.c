@@ -489,6 +489,7 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     rc = store__recover(st);
     if (rc)
         goto fail;
+    store__ccache_drop_all(st); /* recovery may have removed chunk entries */
     if (st->opt.background_compaction && !st->opt.read_only) {
         rc = store__compact_start(st);
         if (rc)

@@ -70,6 +70,14 @@ int store_chunk_get(struct store *st, uint64_t chunk_id, struct store_chunk_info
  * with segment and offset; never wrong bytes), -EIO. */
 ssize_t store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap);
 
+/* Reads chunks ids[0..n) (an id of 0 is skipped), each of exactly len raw bytes, into
+ * bufs[i]: store_chunk_read for each, with the same checks and errors (a chunk of another
+ * length is -EIO), but cheaper for many chunks: the entries of a dense id range come from one
+ * iterator pass, and records that lie back to back in a segment are read with one preadv.
+ * 0 or the first -errno. */
+int store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs,
+                      uint32_t len);
+
 /* Block map lookups. 0 and *chunk_id, or -ENOENT when unmapped (reads as zeros). */
 int store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id);
 /* Calls fn for each mapped chunk index in [first, first + count) in ascending order; stops
@@ -98,11 +106,27 @@ int store_txn_begin(struct store *st, struct store_txn **out);
  * store_txn_commit instead. Not readable with store_chunk_read before commit. */
 int store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
                         size_t hash_len, const void *buf, uint32_t len, uint64_t *chunk_id);
+/* store_txn_add_chunk for a caller that computed crc = crc32c(0, buf, len) itself (outside
+ * the commit lock) and keeps buf unchanged until commit/abort returns: the bytes are
+ * borrowed, not copied, and go to the segment straight from buf. */
+int store_txn_add_chunk_ref(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
+                            size_t hash_len, const void *buf, uint32_t len, uint32_t crc,
+                            uint64_t *chunk_id);
 /* Points (export, chunk_idx) at chunk_id, or unmaps it when chunk_id is 0; the new chunk
  * gains a reference and the old one (if any) loses one, all at commit. Sees earlier
  * map_set calls of the same transaction. */
 int store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
                       uint64_t chunk_id);
+/* map_set for a caller that read the entry's committed value (store_map_get; 0 when
+ * unmapped) before the transaction, to keep that read out of the commit lock. Only valid if
+ * no other transaction can have changed the entry since (the engine holds the chunk's range
+ * lock exclusively); an earlier map_set of the same transaction still takes precedence. */
+int store_txn_map_set_known(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
+                            uint64_t old_id, uint64_t chunk_id);
+/* Loads a chunk into the transaction (so that a later map_set/ref on it reads nothing):
+ * 0 if it exists (live, or added/held by this transaction), -ENOENT if it does not, -EIO.
+ * For a caller that found the id outside the transaction and must know it is still live. */
+int store_txn_chunk_hold(struct store_txn *tx, uint64_t chunk_id);
 /* Raw reference change for holders other than map entries (clones, tests). */
 int store_txn_ref(struct store_txn *tx, uint64_t chunk_id, int64_t delta);
 /* Live info of a chunk as this transaction would leave it (refs include pending deltas). */

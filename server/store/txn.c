@@ -15,6 +15,9 @@
 #include "util/hash.h"
 #include "util/log.h"
 
+/* Bytes appended to the active segment between two early write-back starts. */
+#define WRITEBACK_KICK_BYTES (4ULL << 20)
+
 static inline size_t
 mix64(uint64_t x)
 {
@@ -36,7 +39,8 @@ store__txn_init(struct store_txn *tx, struct store *st)
     tx->maps_cap = 1024;
     tx->maps = calloc(tx->maps_cap, sizeof(*tx->maps));
     tx->map_used = malloc(tx->maps_cap * sizeof(*tx->map_used));
-    if (!tx->batch || !tx->chunks || !tx->chunk_used || !tx->maps || !tx->map_used)
+    tx->ccache = calloc(STORE_CCACHE_SLOTS, sizeof(*tx->ccache));
+    if (!tx->batch || !tx->chunks || !tx->chunk_used || !tx->maps || !tx->map_used || !tx->ccache)
         return -ENOMEM;
     return 0;
 }
@@ -50,6 +54,8 @@ store__txn_fini(struct store_txn *tx)
     free(tx->maps);
     free(tx->map_used);
     free(tx->wbuf);
+    free(tx->wiov);
+    free(tx->ccache);
     free(tx->segs);
     free(tx->fp);
     memset(tx, 0, sizeof(*tx));
@@ -63,7 +69,7 @@ txn_reset(struct store_txn *tx)
     for (size_t i = 0; i < tx->nmaps; i++)
         tx->maps[tx->map_used[i]].used = false;
     tx->nchunks = tx->nmaps = tx->nexports = tx->nsegs = 0;
-    tx->wlen = 0;
+    tx->wlen = tx->wused = tx->nwiov = 0;
     tx->broken = false;
     tx->active = false;
     meta_batch_clear(tx->batch);
@@ -113,6 +119,51 @@ chunks_grow(struct store_txn *tx)
     return 0;
 }
 
+/* ---- the chunk-entry cache (see struct store_txn) ---- */
+
+static struct store_ccache_slot *
+ccache_slot(struct store_txn *tx, uint64_t id)
+{
+    return &tx->ccache[mix64(id) & (STORE_CCACHE_SLOTS - 1)];
+}
+
+static void
+ccache_put(struct store_txn *tx, uint64_t id, const struct meta_chunk_rec *r)
+{
+    struct store_ccache_slot *s = ccache_slot(tx, id);
+    s->id = id;
+    s->rec = *r;
+}
+
+static void
+ccache_drop(struct store_txn *tx, uint64_t id)
+{
+    struct store_ccache_slot *s = ccache_slot(tx, id);
+    if (s->id == id)
+        s->id = 0;
+}
+
+void
+store__ccache_drop_all(struct store *st)
+{
+    memset(st->txn.ccache, 0, STORE_CCACHE_SLOTS * sizeof(*st->txn.ccache));
+}
+
+/* The committed entry of chunk id: from the cache, else from meta (then cached). */
+static int
+chunk_load(struct store_txn *tx, uint64_t id, struct meta_chunk_rec *r)
+{
+    struct store_ccache_slot *s = ccache_slot(tx, id);
+    if (s->id == id) {
+        *r = s->rec;
+        return 0;
+    }
+    int rc = store__chunk_load(tx->st, id, r);
+    if (rc == 0)
+        ccache_put(tx, id, r);
+    return rc;
+}
+
 /* The overlay entry of id, loading it from meta if the transaction has not touched it. */
 static int
 chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
@@ -124,7 +175,7 @@ chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
         return 0;
     }
     struct meta_chunk_rec r;
-    int rc = store__chunk_load(tx->st, id, &r);
+    int rc = chunk_load(tx, id, &r);
     if (rc)
         return rc;
     if ((tx->nchunks + 1) * 2 > tx->chunks_cap) {
@@ -228,13 +279,36 @@ store_txn_batch(struct store_txn *tx)
     return tx->batch;
 }
 
+/* Queues the next len bytes of the pending write: from wbuf (ext NULL: the bytes at
+ * wbuf + wused, already there) or borrowed from the caller. Room was made by reserve_append. */
+static void
+queue_piece(struct store_txn *tx, const void *ext, size_t len)
+{
+    struct iovec *last = tx->nwiov ? &tx->wiov[tx->nwiov - 1] : NULL;
+    if (!ext && last && !last->iov_base) {
+        last->iov_len += len; /* contiguous in wbuf */
+    } else {
+        tx->wiov[tx->nwiov++] = (struct iovec){(void *) ext, len};
+    }
+    if (!ext)
+        tx->wused += len;
+    tx->wlen += len;
+}
+
 static int
 flush_wbuf(struct store_txn *tx)
 {
     struct store *st = tx->st;
     if (tx->wlen == 0)
         return 0;
-    int rc = store__io_write_full(st->active->fd, tx->wbuf, tx->wlen, tx->woff);
+    size_t at = 0;
+    for (size_t i = 0; i < tx->nwiov; i++) {
+        if (!tx->wiov[i].iov_base) {
+            tx->wiov[i].iov_base = tx->wbuf + at;
+            at += tx->wiov[i].iov_len;
+        }
+    }
+    int rc = store__io_writev_full(st->active->fd, tx->wiov, tx->nwiov, tx->woff);
     /* After the write: a WAL hook that clears the flag then syncs covers these bytes. */
     __atomic_store_n(&st->active->unsynced, 1, __ATOMIC_SEQ_CST);
     if (rc) {
@@ -243,14 +317,15 @@ flush_wbuf(struct store_txn *tx)
         return rc;
     }
     tx->woff += tx->wlen;
-    tx->wlen = 0;
+    tx->wlen = tx->wused = tx->nwiov = 0;
     return 0;
 }
 
-/* Makes room for one record of reclen bytes at the end of wbuf, sealing the active segment
- * first if the record would not fit in it. The record goes to (st->active, active->size). */
+/* Makes room for one record of reclen bytes, wbytes of them copied into wbuf (two pieces at
+ * most), sealing the active segment first if the record would not fit in it. The record goes
+ * to (st->active, active->size). */
 static int
-reserve_append(struct store_txn *tx, uint64_t reclen)
+reserve_append(struct store_txn *tx, uint64_t reclen, size_t wbytes)
 {
     struct store *st = tx->st;
     if (st->active->size > 0 && st->active->size + reclen > st->opt.seg_bytes) {
@@ -268,15 +343,23 @@ reserve_append(struct store_txn *tx, uint64_t reclen)
         }
         tx->woff = st->active->size;
     }
-    if (tx->wlen + reclen > tx->wcap) {
+    if (tx->wused + wbytes > tx->wcap) {
         size_t cap = tx->wcap ? tx->wcap : (1u << 20);
-        while (cap < tx->wlen + reclen)
+        while (cap < tx->wused + wbytes)
             cap *= 2;
         uint8_t *n = realloc(tx->wbuf, cap);
         if (!n)
             return -ENOMEM;
         tx->wbuf = n;
         tx->wcap = cap;
+    }
+    if (tx->nwiov + 2 > tx->wiov_cap) {
+        size_t cap = tx->wiov_cap ? tx->wiov_cap * 2 : 256;
+        struct iovec *n = realloc(tx->wiov, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        tx->wiov = n;
+        tx->wiov_cap = cap;
     }
     return seg_delta(tx, st->active) ? 0 : -ENOMEM;
 }
@@ -288,9 +371,9 @@ alg_len(uint8_t alg)
     return hash_len((enum dedupd_hash_alg) alg);
 }
 
-int
-store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
-                    const void *buf, uint32_t len, uint64_t *chunk_id)
+static int
+add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
+          const void *buf, uint32_t len, bool borrow, uint32_t crc, uint64_t *chunk_id)
 {
     struct store *st = tx->st;
     if (tx->broken)
@@ -300,7 +383,7 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
         (alg_len(hash_alg) && alg_len(hash_alg) != hash_len))
         return -EINVAL;
     uint64_t reclen = store_record_len(len);
-    int rc = reserve_append(tx, reclen);
+    int rc = reserve_append(tx, reclen, borrow ? STORE_RECORD_HDR_LEN : reclen);
     if (rc)
         return rc;
     bool found;
@@ -316,12 +399,18 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
         .raw_len = len,
         .stored_len = len,
         .chunk_id = id,
-        .data_crc = crc32c(0, buf, len),
+        .data_crc = borrow ? crc : crc32c(0, buf, len),
     };
     if (hash_len)
         memcpy(h.hash, hash, hash_len);
-    store_record_encode(tx->wbuf + tx->wlen, &h);
-    memcpy(tx->wbuf + tx->wlen + STORE_RECORD_HDR_LEN, buf, len);
+    store_record_encode(tx->wbuf + tx->wused, &h);
+    if (borrow) {
+        queue_piece(tx, NULL, STORE_RECORD_HDR_LEN);
+        queue_piece(tx, buf, len);
+    } else {
+        memcpy(tx->wbuf + tx->wused + STORE_RECORD_HDR_LEN, buf, len);
+        queue_piece(tx, NULL, reclen);
+    }
 
     memset(e, 0, sizeof(*e));
     e->id = id;
@@ -338,10 +427,24 @@ store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
     tx->chunk_used[tx->nchunks++] = (uint32_t) (e - tx->chunks);
 
     st->cnt.next_id++;
-    tx->wlen += reclen;
     store__seg_set_size(st->active, st->active->size + reclen);
     *chunk_id = id;
     return 0;
+}
+
+int
+store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
+                    const void *buf, uint32_t len, uint64_t *chunk_id)
+{
+    return add_chunk(tx, hash_alg, hash, hash_len, buf, len, false, 0, chunk_id);
+}
+
+int
+store_txn_add_chunk_ref(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
+                        size_t hash_len, const void *buf, uint32_t len, uint32_t crc,
+                        uint64_t *chunk_id)
+{
+    return add_chunk(tx, hash_alg, hash, hash_len, buf, len, true, crc, chunk_id);
 }
 
 int
@@ -383,33 +486,46 @@ export_delta(struct store_txn *tx, uint32_t export_id, int64_t d)
     return 0;
 }
 
-int
-store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id)
+/* The map entry's value in the database (0 when unmapped). */
+static int
+map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *old)
+{
+    int rc = store_map_get(st, export_id, chunk_idx, old);
+    if (rc == -ENOENT) {
+        *old = 0;
+        rc = 0;
+    }
+    return rc;
+}
+
+/* map_set with the entry's committed value given (known) or read here (!known). */
+static int
+map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id, bool known,
+        uint64_t old)
 {
     struct store *st = tx->st;
     bool found;
     if ((tx->nmaps + 1) * 2 > tx->maps_cap && maps_grow(tx))
         return -ENOMEM;
     struct txn_map *m = map_slot(tx, export_id, chunk_idx, &found);
-    uint64_t old = 0;
-    if (found) {
+    int rc = 0;
+    if (found)
         old = m->chunk_id;
-    } else {
-        int rc = store_map_get(st, export_id, chunk_idx, &old);
-        if (rc && rc != -ENOENT)
-            return rc;
-        if (rc == -ENOENT)
-            old = 0;
-    }
+    else if (!known && (rc = map_read(st, export_id, chunk_idx, &old)))
+        return rc;
     if (old == chunk_id)
         return 0;
     /* Load both before changing either, so a failure leaves the transaction as it was. */
     struct txn_chunk *enew = NULL, *eold = NULL;
-    int rc = 0;
     if (chunk_id)
         rc = chunk_entry(tx, chunk_id, &enew);
     if (rc == 0 && old)
         rc = chunk_entry(tx, old, &eold);
+    if (rc == -ENOENT && old && known && !found) {
+        /* The caller's value is stale after all (check --repair dropped a dangling entry
+         * meanwhile): use the committed one. */
+        return map_set(tx, export_id, chunk_idx, chunk_id, false, 0);
+    }
     if (rc) {
         if (rc == -ENOENT)
             log_err("store: export %" PRIu32 " chunk %" PRIu64 ": map to chunk %" PRIu64
@@ -445,6 +561,28 @@ store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, 
         meta_batch_delete(tx->batch, META_CF_MAP, key, sizeof(key));
     }
     return 0;
+}
+
+int
+store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id)
+{
+    return map_set(tx, export_id, chunk_idx, chunk_id, false, 0);
+}
+
+int
+store_txn_map_set_known(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
+                        uint64_t old_id, uint64_t chunk_id)
+{
+    return map_set(tx, export_id, chunk_idx, chunk_id, true, old_id);
+}
+
+int
+store_txn_chunk_hold(struct store_txn *tx, uint64_t chunk_id)
+{
+    struct txn_chunk *e;
+    if (chunk_id == 0)
+        return -ENOENT;
+    return chunk_entry(tx, chunk_id, &e);
 }
 
 static void
@@ -697,6 +835,17 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
         d->sg->dirty = false;
     }
+    for (size_t i = 0; i < tx->nchunks; i++) { /* the cache follows the committed entries */
+        struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
+        int64_t after = (int64_t) e->rec.refs + e->delta;
+        if (after == 0) {
+            ccache_drop(tx, e->id);
+        } else if (!e->is_new) { /* new ones: loaded (and cached) once they are reused */
+            struct meta_chunk_rec r = e->rec;
+            r.refs = (uint64_t) after;
+            ccache_put(tx, e->id, &r);
+        }
+    }
     for (size_t i = 0; i < tx->nexports; i++)
         store__export_count_set(st, tx->exports[i].export_id, export_vals[i]);
     pthread_mutex_lock(&st->stat_lock);
@@ -706,8 +855,20 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     rc = store__wal_pace(st, bytes);
     if (rc)
         log_err("store: flushing the write-ahead log after a commit failed: %s", strerror(-rc));
+    /* Start write-back of what the active segment got since the last kick, after the lock
+     * is released: the fdatasync of the next pacing step or sync, made under the commit
+     * lock, then finds little left to write (it used to stall every writer ~40-90 ms). */
+    struct store_seg *kick = NULL, *a = st->active;
+    uint64_t kick_off = a->kicked, kick_len = a->size - a->kicked;
+    if (store__io->writeback && kick_len >= WRITEBACK_KICK_BYTES &&
+        (kick = store__seg_get(st, a->id)))
+        a->kicked = a->size;
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
+    if (kick) {
+        store__io->writeback(kick->fd, kick_off, kick_len); /* a hint: errors do not matter */
+        store__seg_put(st, kick);
+    }
     return 0;
 fail:
     /* Nothing of the batch is visible. Records written to the segment stay as dead bytes
@@ -745,6 +906,8 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
     *moved = 0;
     struct txn_seg *fd = seg_delta(tx, from);
     int rc = fd ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        ccache_drop(tx, mv[i].id); /* their entries move: read them afresh from now on */
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct meta_chunk_rec r;
         int lr = store__chunk_load(st, mv[i].id, &r);
@@ -761,10 +924,10 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
                     mv[i].id, from->id, mv[i].off);
             continue;
         }
-        rc = reserve_append(tx, reclen);
+        rc = reserve_append(tx, reclen, reclen);
         if (rc)
             break;
-        memcpy(tx->wbuf + tx->wlen, buf + mv[i].buf_off, reclen);
+        memcpy(tx->wbuf + tx->wused, buf + mv[i].buf_off, reclen);
         uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX], rk[META_REV_KEY_LEN],
             rv[META_ID_VAL_LEN];
         meta_key_rev_encode(rk, r.seg, r.off);
@@ -777,7 +940,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         meta_key_rev_encode(rk, r.seg, r.off);
         meta_val_id_encode(rv, mv[i].id);
         meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
-        tx->wlen += reclen;
+        queue_piece(tx, NULL, reclen);
         store__seg_set_size(st->active, st->active->size + reclen);
         seg_delta(tx, st->active)->d_live += (int64_t) reclen;
         fd = seg_delta(tx, from); /* the array may have grown */

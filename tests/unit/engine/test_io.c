@@ -275,6 +275,19 @@ Test(io, extents_report_holes_data_and_shared_runs)
     cr_assert_eq(engine_extents(f.ex, 0, 8 * CS, ext, 2), 2);
     cr_assert_eq(ext[0].len, 2 * CS);
     cr_assert_eq(ext[1].len, CS);
+    /* Allocation only: the mapped chunks 2..3 merge into one data run, no SHARED. */
+    n = engine_extents_opt(f.ex, 100, 8 * CS - 100, ext, 8, ENGINE_EXTENTS_ALLOC_ONLY);
+    cr_assert_eq(n, 5);
+    cr_assert_eq(ext[0].flags, hz);
+    cr_assert_eq(ext[0].len, 2 * CS - 100);
+    cr_assert_eq(ext[1].flags, 0);
+    cr_assert_eq(ext[1].len, 2 * CS);
+    cr_assert_eq(ext[2].flags, hz);
+    cr_assert_eq(ext[2].len, CS);
+    cr_assert_eq(ext[3].flags, 0);
+    cr_assert_eq(ext[3].len, CS);
+    cr_assert_eq(ext[4].flags, hz);
+    cr_assert_eq(ext[4].len, 2 * CS);
     fx_close(&f);
 }
 

@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "meta/keys.h"
 #include "meta/meta.h"
+#include "util/crc32c.h"
 #include "util/log.h"
 
 static char dir[64];
@@ -432,5 +433,221 @@ Test(store, an_unmapped_new_chunk_takes_its_hash_entry_with_it)
     struct store_check_result cr;
     cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cr), 0);
     cr_assert_eq(cr.problems, 0);
+    store_close(st);
+}
+
+Test(store, map_set_known_uses_the_given_old_value_and_chunk_hold_sees_live_chunks)
+{
+    struct store *st = open_store(0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 2, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, a), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, b), 0); /* new in this transaction */
+    cr_assert_eq(store_txn_map_set(tx, 1, 2, b), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+
+    /* Entry 0 read before the transaction (a): a loses a reference, b gains one. */
+    uint64_t old;
+    cr_assert_eq(store_map_get(st, 1, 0, &old), 0);
+    cr_assert_eq(old, a);
+    struct freed_log f = {0};
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, a), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, b), 0);
+    cr_assert_eq(store_txn_chunk_hold(tx, 999), -ENOENT);
+    cr_assert_eq(store_txn_chunk_hold(tx, 0), -ENOENT);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 0, old, b), 0);
+    /* An unmapped entry (old 0) and one set earlier in the transaction. */
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, a), 0);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, b), 0); /* the overlay says a */
+    /* A stale value naming a chunk that no longer exists falls back to the database. */
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 1, 999, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, on_freed, &f), 0);
+    cr_assert_eq(f.n, 1);
+    cr_assert_eq(f.ids[0], a); /* 2 refs - entry 0 - entry 1 + entry 7 (a) - entry 7 (b) */
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, a, &ci), -ENOENT);
+    cr_assert_eq(store_chunk_get(st, b, &ci), 0);
+    cr_assert_eq(ci.refs, 3);
+    uint64_t n;
+    cr_assert_eq(store_export_mapped(st, 1, &n), 0);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(store_map_get(st, 1, 1, &old), -ENOENT);
+    cr_assert_eq(store_map_get(st, 1, 7, &old), 0);
+    cr_assert_eq(old, b);
+    struct store_check_result cres;
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cres), 0);
+    cr_assert_eq(cres.problems, 0);
+    store_close(st);
+}
+
+Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
+{
+    struct store *st = open_store(64 << 10); /* small segments: runs cross a seal */
+    enum { N = 40 };
+    uint64_t id[N];
+    struct store_txn *tx;
+    for (int t = 0; t < 2; t++) { /* two transactions: two runs of adjacent records */
+        cr_assert_eq(store_txn_begin(st, &tx), 0);
+        for (int i = t * N / 2; i < (t + 1) * N / 2; i++) {
+            id[i] = add(tx, 100 + (uint64_t) i, 4096);
+            cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, id[i]), 0);
+        }
+        cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    }
+    /* Ids out of order, repeated, and skipped (0). */
+    uint64_t want_seed[N + 3], ids[N + 3];
+    for (int i = 0; i < N; i++) {
+        ids[i] = id[i];
+        want_seed[i] = 100 + (uint64_t) i;
+    }
+    ids[5] = id[30];
+    want_seed[5] = 130;
+    ids[N] = 0;
+    ids[N + 1] = id[0];
+    want_seed[N + 1] = 100;
+    ids[N + 2] = id[N - 1];
+    want_seed[N + 2] = 100 + N - 1;
+    static uint8_t bufs[N + 3][4096];
+    void *p[N + 3];
+    for (int i = 0; i < N + 3; i++) {
+        p[i] = bufs[i];
+        memset(bufs[i], 0xee, 4096);
+    }
+    cr_assert_eq(store_chunks_read(st, ids, N + 3, p, 4096), 0);
+    uint8_t want[4096];
+    for (int i = 0; i < N + 3; i++) {
+        if (!ids[i]) {
+            cr_assert_eq(bufs[i][0], 0xee, "a skipped id leaves its buffer alone");
+            continue;
+        }
+        fill(want, sizeof(want), want_seed[i]);
+        cr_assert_eq(memcmp(bufs[i], want, 4096), 0, "chunk %d", i);
+    }
+    /* A missing chunk and a wrong length are errors, as with store_chunk_read. */
+    uint64_t bad[2] = {id[1], 99999};
+    cr_assert_eq(store_chunks_read(st, bad, 2, p, 4096), -ENOENT);
+    cr_assert_lt(store_chunks_read(st, ids, 8, p, 2048), 0);
+
+    /* A flipped byte in the middle of a run: -EUCLEAN, never wrong bytes. */
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, id[12], &ci), 0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/segments/seg-%08u.log", data, ci.seg);
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    uint8_t c;
+    off_t at = (off_t) ci.off + 64 + 7;
+    cr_assert_eq(pread(fd, &c, 1, at), 1);
+    c ^= 0x01;
+    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+    cr_assert_eq(store_chunks_read(st, id, N, p, 4096), -EUCLEAN);
+    cr_assert_eq(store_chunks_read(st, id, 12, p, 4096), 0); /* the ones before are fine */
+    store_close(st);
+}
+
+Test(store, add_chunk_ref_writes_borrowed_bytes_across_a_seal)
+{
+    struct store *st = open_store(64 << 10); /* 15 records of 4 KiB per segment */
+    enum { N = 40 };
+    static uint8_t bufs[N][4096];
+    uint64_t id[N];
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    for (int i = 0; i < N; i++) {
+        uint8_t h[DEDUPD_HASH_MAX_LEN];
+        fill(bufs[i], 4096, 500 + (uint64_t) i);
+        hash_compute(DEDUPD_HASH_SHA256, bufs[i], 4096, h);
+        if (i % 3 == 0) { /* copied and borrowed records interleaved */
+            cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_SHA256, h, 32, bufs[i], 4096, &id[i]),
+                         0);
+        } else {
+            uint32_t crc = crc32c(0, bufs[i], 4096) ^ (i == 7); /* record 7: a wrong CRC */
+            cr_assert_eq(
+                store_txn_add_chunk_ref(tx, DEDUPD_HASH_SHA256, h, 32, bufs[i], 4096, crc, &id[i]),
+                0);
+        }
+        cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, id[i]), 0);
+    }
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    memset(bufs, 0, sizeof(bufs)); /* the store must not need them any more */
+    store_close(st);
+    st = open_store(64 << 10); /* recovery walks the segments: every record is whole */
+    for (int i = 0; i < N; i++) {
+        if (i == 7) {
+            uint8_t b[4096];
+            cr_assert_eq(store_chunk_read(st, id[i], b, sizeof(b)), -EUCLEAN);
+            continue;
+        }
+        expect_bytes(st, id[i], 500 + (uint64_t) i, 4096);
+    }
+    struct store_stats s;
+    cr_assert_eq(store_stats(st, &s), 0);
+    cr_assert_geq(s.segments, 3);
+    store_close(st);
+}
+
+/* The transactions' cache of chunk entries must follow every committed change: a chunk
+ * cached by a transaction, then moved by compaction, then referenced again must keep its
+ * new location; refcounts repaired by check must be the ones the next transaction sees. */
+Test(store, cached_chunk_entries_follow_compaction_and_repair)
+{
+    struct store *st = open_store(64 << 10);
+    struct store_txn *tx;
+    uint64_t a = 0;
+    for (int i = 0; i < 40; i++) { /* fills and seals a few segments */
+        cr_assert_eq(store_txn_begin(st, &tx), 0);
+        uint64_t id = add(tx, 700 + (uint64_t) i, 4096);
+        cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, id), 0);
+        cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+        if (i == 0)
+            a = id;
+    }
+    cr_assert_eq(store_txn_begin(st, &tx), 0); /* a is now in the cache, refs 2 */
+    cr_assert_eq(store_txn_map_set(tx, 2, 0, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_txn_begin(st, &tx), 0); /* everything else in a's segment dies */
+    for (uint64_t i = 1; i < 40; i++)
+        cr_assert_eq(store_txn_map_set(tx, 1, i, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info before, after;
+    cr_assert_eq(store_chunk_get(st, a, &before), 0);
+    struct store_compact_result cres;
+    cr_assert_eq(store_compact(st, true, NULL, NULL, &cres), 0);
+    cr_assert_eq(store_chunk_get(st, a, &after), 0);
+    cr_assert(after.seg != before.seg || after.off != before.off, "a was moved");
+
+    cr_assert_eq(store_txn_begin(st, &tx), 0); /* a referenced again after the move */
+    cr_assert_eq(store_txn_map_set(tx, 2, 1, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info now;
+    cr_assert_eq(store_chunk_get(st, a, &now), 0);
+    cr_assert_eq(now.seg, after.seg);
+    cr_assert_eq(now.off, after.off);
+    cr_assert_eq(now.refs, 3);
+    expect_bytes(st, a, 700, 4096);
+
+    /* A map entry written behind the store's back makes a's refcount wrong; check repairs
+     * it (4): the next transaction must start from the repaired value, not a cached 3. */
+    uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
+    meta_key_map_encode(key, 3, 0);
+    meta_val_id_encode(val, a);
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, META_CF_MAP, key, sizeof(key), val, sizeof(val));
+    cr_assert_eq(meta_batch_commit(store_meta(st), b, false), 0);
+    meta_batch_free(b);
+    struct store_check_result chk;
+    cr_assert_eq(store_check(st, true, NULL, NULL, NULL, &chk), 0);
+    cr_assert_geq(chk.repaired, 1);
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 2, 0, 0), 0); /* 4 -> 3 */
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_chunk_get(st, a, &now), 0);
+    cr_assert_eq(now.refs, 3);
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &chk), 0);
+    cr_assert_eq(chk.problems, 0);
     store_close(st);
 }
