@@ -177,7 +177,8 @@ h_connect_unix(struct harness *h)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     cr_assert(fd >= 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strncpy(sa.sun_path, h->sock, sizeof(sa.sun_path) - 1);
+    cr_assert_lt(strlen(h->sock), sizeof(sa.sun_path), "socket path too long: %s", h->sock);
+    memcpy(sa.sun_path, h->sock, strlen(h->sock) + 1);
     cr_assert_eq(connect(fd, (struct sockaddr *) &sa, sizeof(sa)), 0, "connect: %s",
                  strerror(errno));
     set_timeout(fd);

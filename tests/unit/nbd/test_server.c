@@ -73,7 +73,8 @@ Test(server, stale_unix_socket_is_replaced_live_one_refused)
     snprintf(a, sizeof(a), "unix:%s", p);
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strncpy(sa.sun_path, p, sizeof(sa.sun_path) - 1);
+    cr_assert_lt(strlen(p), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, p, strlen(p) + 1);
     cr_assert_eq(bind(s, (struct sockaddr *) &sa, sizeof(sa)), 0);
     cr_assert_eq(listen(s, 1), 0);
     const char *one[] = {a};
