@@ -197,7 +197,8 @@ struct engine_stats {
     uint64_t zero_bytes;     /* bytes written (WRITE, WRITE_ZEROES) that ended in all-zero,
                                 hence unmapped, chunks: never stored */
     uint64_t unique_bytes;   /* total: raw bytes of live chunks; per export: of the chunks
-                                only this export holds */
+                                all of whose references are this export's (what deleting
+                                it would free), each counted once */
     uint64_t disk_bytes;     /* segment files (total only; 0 per export) */
     uint64_t dedup_hits, dedup_misses;          /* per chunk, while dedup was on */
     uint64_t verify_compares, verify_mismatches; /* byte comparisons; collisions caught */

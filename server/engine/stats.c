@@ -6,6 +6,8 @@
  * store's accounting).
  * Knows nothing of how they are shown. */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/internal.h"
@@ -117,26 +119,81 @@ load_counters(const struct engine_counters *c, struct engine_stats *out)
     out->bytes_read = atomic_load_explicit(&c->bytes_read, memory_order_relaxed);
 }
 
+/* Bytes an export alone holds: the chunks all of whose references are its own map entries
+ * (what deleting it would free), each counted once however often the export repeats it.
+ * The map scan collects chunk ids; sorted, a run of n equal ids is exclusive when the
+ * chunk's refcount is n. The id list costs 8 bytes per mapped chunk, so it is capped at
+ * OWNED_MAX_IDS (256 MiB); a bigger export counts, past the cap, only chunks with one
+ * reference — an under-estimate, logged. */
+#define OWNED_MAX_IDS (32u << 20)
+
 struct owned_scan {
-    struct store *st;
-    uint64_t bytes;
-    int err;
+    uint64_t *ids;
+    size_t n, cap;
+    bool truncated;
 };
 
 static int
-count_owned(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
+collect_id(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
 {
     struct owned_scan *s = arg;
-    struct store_chunk_info info;
     (void) chunk_idx;
-    int rc = store_chunk_get(s->st, chunk_id, &info);
-    if (rc < 0) {
-        s->err = rc;
-        return 1;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 4096;
+        if (cap > OWNED_MAX_IDS)
+            cap = OWNED_MAX_IDS;
+        if (cap == s->cap) {
+            s->truncated = true;
+            return 1;
+        }
+        uint64_t *ids = realloc(s->ids, cap * sizeof(*ids));
+        if (!ids)
+            return -ENOMEM;
+        s->ids = ids;
+        s->cap = cap;
     }
-    if (info.refs == 1)
-        s->bytes += info.raw_len;
+    s->ids[s->n++] = chunk_id;
     return 0;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+    return (x > y) - (x < y);
+}
+
+static int
+owned_bytes(struct engine *e, const struct engine_xstate *xs, uint64_t *out)
+{
+    struct owned_scan s = {0};
+    uint64_t nchunks = (xs->rec.size + xs->rec.chunk_size - 1) / xs->rec.chunk_size;
+    int rc = store_map_scan(e->st, xs->id, 0, nchunks, collect_id, &s);
+    if (rc < 0) {
+        free(s.ids);
+        return rc;
+    }
+    rc = 0; /* 1: the scan stopped at the cap */
+    if (s.truncated)
+        log_warn("engine: export %s has over %u mapped chunks; its exclusive bytes count only chunks "
+                 "with a single reference",
+                 xs->rec.name, OWNED_MAX_IDS);
+    if (s.n)
+        qsort(s.ids, s.n, sizeof(*s.ids), cmp_u64);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < s.n && rc == 0;) {
+        size_t j = i + 1;
+        while (j < s.n && s.ids[j] == s.ids[i])
+            j++;
+        struct store_chunk_info info;
+        rc = store_chunk_get(e->st, s.ids[i], &info);
+        if (rc == 0 && (info.refs == j - i || (s.truncated && info.refs == 1)))
+            bytes += info.raw_len;
+        i = j;
+    }
+    free(s.ids);
+    *out = bytes;
+    return rc;
 }
 
 static int
@@ -152,13 +209,8 @@ export_stats(struct engine *e, const char *name, struct engine_stats *out)
     rc = store_export_mapped(e->st, xs->id, &mapped);
     if (rc == 0) {
         out->logical_bytes = mapped * xs->rec.chunk_size;
-        /* Owned: chunks no other map entry or clone holds. XXX: a scan of the export's map,
-         * fine for a status command, not for a hot path. */
-        struct owned_scan s = {.st = e->st};
-        uint64_t nchunks = (xs->rec.size + xs->rec.chunk_size - 1) / xs->rec.chunk_size;
-        rc = store_map_scan(e->st, xs->id, 0, nchunks, count_owned, &s);
-        rc = s.err < 0 ? s.err : rc < 0 ? rc : 0;
-        out->unique_bytes = s.bytes;
+        /* A scan of the export's map: fine for a status command, not for a hot path. */
+        rc = owned_bytes(e, xs, &out->unique_bytes);
     }
     engine_export_close(ex);
     return rc;

@@ -85,6 +85,13 @@ Test(dedup, duplicates_within_and_across_exports_share)
     struct engine_stats so = stats_of(&f, "other");
     cr_assert_eq(so.dedup_hits, 1);
     cr_assert_eq(so.unique_bytes, 0, "a shared chunk is owned by nobody alone");
+    /* Repeated only inside one export, a chunk is that export's alone, counted once. */
+    write_seed(other, 6 * CS, 7);
+    write_seed(other, 7 * CS, 7);
+    write_seed(other, 8 * CS, 8);
+    so = stats_of(&f, "other");
+    cr_assert_eq(so.unique_bytes, 2 * CS, "seeds 7 (twice) and 8 are other's alone");
+    cr_assert_eq(stats_of(&f, NULL).unique_bytes, 3 * CS);
     engine_export_close(other);
     fx_close(&f);
 }
