@@ -26,10 +26,10 @@ struct store;
 
 struct engine_options {
     const char *data_dir;
-    uint64_t seg_bytes;            /* 0 = store default */
-    uint64_t block_cache_bytes;    /* 0 = store default */
-    double compact_live_ratio;     /* 0 = store default */
-    uint64_t compact_bytes_per_sec;/* 0 = store default */
+    uint64_t seg_bytes;             /* 0 = store default */
+    uint64_t block_cache_bytes;     /* 0 = store default */
+    double compact_live_ratio;      /* 0 = store default */
+    uint64_t compact_bytes_per_sec; /* 0 = store default */
     bool background_compaction;
     /* Created at open when no export exists yet (NULL = none). */
     const char *default_export;
@@ -62,7 +62,7 @@ int engine_dedup_set(struct engine *e, const struct engine_dedup_config *cfg);
 
 struct engine_index_usage {
     uint64_t entries;
-    uint64_t bytes;       /* exact memory of the memory back-end, or on-disk size of `hash` */
+    uint64_t bytes; /* exact memory of the memory back-end, or on-disk size of `hash` */
     uint64_t limit_nr;
     uint64_t limit_mem;
     uint64_t evictions;
@@ -114,9 +114,10 @@ void engine_export_get_info(const struct engine_export *ex, struct engine_export
 
 /* ---- block I/O: worker threads only; may block ---- */
 
-#define ENGINE_FUA     (1u << 0) /* durable before return (invariant 4) */
-#define ENGINE_NO_HOLE (1u << 1) /* zero: keep allocation — accepted and ignored: a zero
-                                    chunk is never stored either way */
+#define ENGINE_FUA (1u << 0) /* durable before return (invariant 4) */
+#define ENGINE_NO_HOLE                                                                             \
+    (1u << 1) /* zero: keep allocation — accepted and ignored: a zero                            \
+                 chunk is never stored either way */
 
 /* Range errors: -EINVAL past the end of the export. -EROFS on a read-only export.
  * -EUCLEAN when a chunk's bytes are corrupt on disk, -EIO, -ENOSPC.
@@ -144,8 +145,8 @@ struct engine_extent {
     uint32_t flags;
 };
 /* Returns the number of runs written (>= 1), or -errno. */
-int engine_extents(struct engine_export *ex, uint64_t off, uint64_t len,
-                   struct engine_extent *ext, size_t cap);
+int engine_extents(struct engine_export *ex, uint64_t off, uint64_t len, struct engine_extent *ext,
+                   size_t cap);
 /* Request flag of engine_extents_opt (and of an EXTENTS engine_req): the caller needs holes
  * and data only, so ENGINE_EXT_SHARED is never set and no chunk record is read (one point
  * read per mapped chunk saved: nbdcopy asks for base:allocation over everything it copies). */
@@ -172,11 +173,11 @@ struct engine_req {
     struct engine_export *ex; /* I/O ops */
     uint64_t off;
     uint64_t len;
-    void *buf;                /* READ: filled; WRITE: borrowed until done */
+    void *buf; /* READ: filled; WRITE: borrowed until done */
     unsigned flags;
     struct engine_extent *ext; /* EXTENTS: caller's array of ext_cap */
     size_t ext_cap;
-    int (*fn)(void *arg);      /* FN */
+    int (*fn)(void *arg); /* FN */
     void *arg;
     void (*done)(struct engine_req *req); /* loop thread, exactly once */
     void *user;
@@ -193,17 +194,17 @@ int engine_submit(uv_loop_t *loop, struct engine_req *req);
 /* ---- counters ---- */
 
 struct engine_stats {
-    uint64_t logical_bytes;  /* mapped chunks x chunk size: non-zero data as clients see it */
-    uint64_t zero_bytes;     /* bytes written (WRITE, WRITE_ZEROES) that ended in all-zero,
-                                hence unmapped, chunks: never stored */
-    uint64_t unique_bytes;   /* total: raw bytes of live chunks; per export: of the chunks
-                                all of whose references are this export's (what deleting
-                                it would free), each counted once */
-    uint64_t disk_bytes;     /* segment files (total only; 0 per export) */
-    uint64_t dedup_hits, dedup_misses;          /* per chunk, while dedup was on */
+    uint64_t logical_bytes; /* mapped chunks x chunk size: non-zero data as clients see it */
+    uint64_t zero_bytes;    /* bytes written (WRITE, WRITE_ZEROES) that ended in all-zero,
+                               hence unmapped, chunks: never stored */
+    uint64_t unique_bytes;  /* total: raw bytes of live chunks; per export: of the chunks
+                               all of whose references are this export's (what deleting
+                               it would free), each counted once */
+    uint64_t disk_bytes;    /* segment files (total only; 0 per export) */
+    uint64_t dedup_hits, dedup_misses;           /* per chunk, while dedup was on */
     uint64_t verify_compares, verify_mismatches; /* byte comparisons; collisions caught */
-    uint64_t rmw_count;                         /* partial chunks read-modified-written */
-    uint64_t bytes_written, bytes_read;         /* client bytes of WRITE and READ */
+    uint64_t rmw_count;                          /* partial chunks read-modified-written */
+    uint64_t bytes_written, bytes_read;          /* client bytes of WRITE and READ */
 };
 /* export NULL = totals. -ENOENT for an unknown export. The cumulative counters survive a
  * restart up to the last FLUSH (saved in meta). A per-export call scans that export's map

@@ -175,9 +175,10 @@ owned_bytes(struct engine *e, const struct engine_xstate *xs, uint64_t *out)
     }
     rc = 0; /* 1: the scan stopped at the cap */
     if (s.truncated)
-        log_warn("engine: export %s has over %u mapped chunks; its exclusive bytes count only chunks "
-                 "with a single reference",
-                 xs->rec.name, OWNED_MAX_IDS);
+        log_warn(
+            "engine: export %s has over %u mapped chunks; its exclusive bytes count only chunks "
+            "with a single reference",
+            xs->rec.name, OWNED_MAX_IDS);
     if (s.n)
         qsort(s.ids, s.n, sizeof(*s.ids), cmp_u64);
     uint64_t bytes = 0;

@@ -11,12 +11,12 @@
 
 #include "dedupd/limits.h"
 
-#define META_MAP_KEY_LEN   12 /* export id (4) + chunk idx (8) */
-#define META_CHUNK_KEY_LEN 8  /* chunk id */
-#define META_REV_KEY_LEN   12 /* segment (4) + offset (8) */
-#define META_EXPORT_KEY_LEN 4 /* export id */
-#define META_HASH_KEY_MAX  (1 + DEDUPD_HASH_MAX_LEN) /* hash alg (1) + hash */
-#define META_ID_VAL_LEN    8  /* values that are one chunk id */
+#define META_MAP_KEY_LEN    12                        /* export id (4) + chunk idx (8) */
+#define META_CHUNK_KEY_LEN  8                         /* chunk id */
+#define META_REV_KEY_LEN    12                        /* segment (4) + offset (8) */
+#define META_EXPORT_KEY_LEN 4                         /* export id */
+#define META_HASH_KEY_MAX   (1 + DEDUPD_HASH_MAX_LEN) /* hash alg (1) + hash */
+#define META_ID_VAL_LEN     8                         /* values that are one chunk id */
 
 void meta_key_map_encode(uint8_t out[META_MAP_KEY_LEN], uint32_t export_id, uint64_t chunk_idx);
 int meta_key_map_decode(const void *key, size_t klen, uint32_t *export_id, uint64_t *chunk_idx);
@@ -42,7 +42,7 @@ struct meta_chunk_rec {
     uint8_t codec;       /* enum store_codec */
     uint8_t hash_alg;    /* enum dedupd_hash_alg; 0 = stored without a hash (dedup off) */
     uint8_t hash_len;
-    uint64_t refs;       /* map entries (and other holders) naming this chunk */
+    uint64_t refs; /* map entries (and other holders) naming this chunk */
     uint8_t hash[DEDUPD_HASH_MAX_LEN];
 };
 #define META_CHUNK_VAL_MAX 64
@@ -56,7 +56,7 @@ struct meta_export_rec {
     uint32_t chunk_size; /* power of two, DEDUPD_CHUNK_MIN..MAX, fixed at creation */
     bool dedup;          /* per-export dedup property (inherited by clones) */
     bool read_only;
-    uint32_t parent_id;  /* export it was cloned from; 0 = none */
+    uint32_t parent_id; /* export it was cloned from; 0 = none */
     uint64_t created_sec;
 };
 #define META_EXPORT_VAL_MAX (DEDUPD_EXPORT_NAME_MAX + 64)

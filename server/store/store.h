@@ -29,12 +29,12 @@ enum store_codec {
 struct store; /* opaque */
 
 struct store_options {
-    uint64_t seg_bytes;          /* seal the active segment at this size; 0 = 256 MiB */
-    uint64_t block_cache_bytes;  /* RocksDB block cache; 0 = 64 MiB */
-    double compact_live_ratio;   /* compact sealed segments whose live fraction is below; 0 = 0.5 */
+    uint64_t seg_bytes;         /* seal the active segment at this size; 0 = 256 MiB */
+    uint64_t block_cache_bytes; /* RocksDB block cache; 0 = 64 MiB */
+    double compact_live_ratio;  /* compact sealed segments whose live fraction is below; 0 = 0.5 */
     uint64_t compact_bytes_per_sec; /* background compaction I/O bound; 0 = 64 MiB/s */
-    bool background_compaction;  /* start the compaction thread at open */
-    bool read_only;              /* check/scrub of a directory without changing it */
+    bool background_compaction;     /* start the compaction thread at open */
+    bool read_only;                 /* check/scrub of a directory without changing it */
 };
 
 /* Opens (creating if absent) DATA_DIR: takes DATA_DIR/dedupd.lock (-EBUSY if another
@@ -151,15 +151,15 @@ int store_sync(struct store *st);
 /* ---- accounting ---- */
 
 struct store_stats {
-    uint64_t chunks;          /* live chunks */
-    uint64_t chunks_shared;   /* live chunks with refs > 1 */
-    uint64_t raw_bytes;       /* sum of raw_len of live chunks (unique bytes stored) */
-    uint64_t stored_bytes;    /* sum of stored_len of live chunks */
-    uint64_t disk_bytes;      /* bytes of all segment files */
-    uint64_t dead_bytes;      /* record bytes in segments no longer live */
+    uint64_t chunks;        /* live chunks */
+    uint64_t chunks_shared; /* live chunks with refs > 1 */
+    uint64_t raw_bytes;     /* sum of raw_len of live chunks (unique bytes stored) */
+    uint64_t stored_bytes;  /* sum of stored_len of live chunks */
+    uint64_t disk_bytes;    /* bytes of all segment files */
+    uint64_t dead_bytes;    /* record bytes in segments no longer live */
     uint64_t segments;
-    uint64_t meta_bytes;      /* RocksDB size on disk */
-    uint64_t compactions;     /* segments compacted since open */
+    uint64_t meta_bytes;  /* RocksDB size on disk */
+    uint64_t compactions; /* segments compacted since open */
 };
 int store_stats(struct store *st, struct store_stats *out);
 
@@ -187,14 +187,14 @@ typedef void (*store_finding_fn)(void *arg, const char *finding);
 
 struct store_check_result {
     uint64_t map_entries, chunks, hash_entries, rev_entries;
-    uint64_t problems;  /* invariant violations found */
-    uint64_t repaired;  /* fixed because repair was asked and the fix is safe */
+    uint64_t problems; /* invariant violations found */
+    uint64_t repaired; /* fixed because repair was asked and the fix is safe */
 };
 /* Proves invariants 1-3 from the metadata: recomputes refcounts from `map` (and other
  * holders), checks every chunk has its rev and every hash entry names a live chunk with that
  * hash. With repair, fixes what is safely fixable (refcounts, dangling hash/rev entries). */
-int store_check(struct store *st, bool repair, store_progress_fn progress,
-                store_finding_fn finding, void *arg, struct store_check_result *out);
+int store_check(struct store *st, bool repair, store_progress_fn progress, store_finding_fn finding,
+                void *arg, struct store_check_result *out);
 
 struct store_scrub_result {
     uint64_t chunks, bytes;
@@ -203,7 +203,7 @@ struct store_scrub_result {
     uint64_t io_errors;
 };
 /* Reads every live record, verifies CRC and hash (SHA-256 / xxh3-128 as recorded). */
-int store_scrub(struct store *st, store_progress_fn progress, store_finding_fn finding,
-                void *arg, struct store_scrub_result *out);
+int store_scrub(struct store *st, store_progress_fn progress, store_finding_fn finding, void *arg,
+                struct store_scrub_result *out);
 
 #endif
