@@ -105,7 +105,8 @@ print_table(const Dedupd__StatsResult *s)
     if (s->total)
         row(s->total, "total");
     if (s->n_exports)
-        printf("(per export: UNIQUE = bytes only this export references, freed if it is deleted; RATIO = LOGICAL/UNIQUE)\n");
+        printf("(per export: UNIQUE = bytes only this export references, freed if it is deleted; "
+               "RATIO = LOGICAL/UNIQUE)\n");
     printf("\n");
     uint64_t saved = 0;
     if (s->total && s->total->logical_bytes > s->total->unique_bytes)

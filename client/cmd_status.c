@@ -70,8 +70,9 @@ print_table(const Dedupd__StatusResult *s)
     printf("default chunk size:  %s\n", hsize(s->default_chunk_size));
     printf("memory limit:        %" PRIu64 " entries, %s (memory back-end)\n", s->limit_nr,
            s->limit_mem ? hsize(s->limit_mem) : "no byte limit");
-    printf("index:               %" PRIu64 " entries, %s %s", s->index_entries,
-           hsize(s->index_bytes), mem ? "in memory" : "on disk");
+    printf("index:               %" PRIu64 " entries%s, %s %s", s->index_entries,
+           mem ? "" : " (RocksDB's estimate)", hsize(s->index_bytes),
+           mem ? "in memory" : "on disk");
     if (mem)
         printf(", %" PRIu64 " evictions", s->index_evictions);
     printf("\n");

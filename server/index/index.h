@@ -40,7 +40,7 @@ struct index_limits {
 };
 
 struct index_usage {
-    uint64_t entries;   /* memory: exact; rocksdb: counted by a scan of `hash` */
+    uint64_t entries;   /* memory: exact; rocksdb: RocksDB's key estimate of `hash` */
     uint64_t bytes;     /* memory: exact bytes allocated; rocksdb: on-disk size of `hash` */
     uint64_t limit_nr;  /* effective entry limit (memory; 0 = unbounded) */
     uint64_t limit_mem; /* as configured (0 = none) */

@@ -174,6 +174,9 @@ meta_iter_new(struct meta *m, enum meta_cf cf)
     rocksdb_readoptions_set_snapshot(it->ropts, it->snap);
     /* Scans (check, scrub, compaction) should not evict the hot set from the cache. */
     rocksdb_readoptions_set_fill_cache(it->ropts, 0);
+    /* Every key in order, also in `hash`, whose prefix extractor would otherwise let a
+     * seek skip keys of other prefixes (meta/db.c). */
+    rocksdb_readoptions_set_total_order_seek(it->ropts, 1);
     it->it = rocksdb_create_iterator_cf(m->db, it->ropts, meta__cf(m, cf));
     if (!it->it) {
         meta_iter_free(it);

@@ -102,6 +102,9 @@ int meta_iter_status(const struct meta_iter *it);
 
 /* Approximate on-disk bytes of one column family (SST + memtables), for stats/estimates. */
 uint64_t meta_cf_size(struct meta *m, enum meta_cf cf);
+/* RocksDB's estimate of the live keys in a column family (rocksdb.estimate-num-keys): exact
+ * while nothing was deleted, close otherwise; costs no scan. */
+uint64_t meta_cf_keys_estimate(struct meta *m, enum meta_cf cf);
 /* "map", "chunk", ... for log lines. */
 const char *meta_cf_name(enum meta_cf cf);
 
