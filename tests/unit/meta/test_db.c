@@ -1,7 +1,9 @@
 /* Tests server/meta/db.c and batch.c on real RocksDB directories in /tmp. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <rocksdb/c.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -76,6 +78,51 @@ Test(db, unsynced_batches_are_flushed_at_close)
     m = open_ok(false);
     char v[4];
     cr_assert_eq(meta_get(m, META_CF_CHUNK, "a", 1, v, sizeof(v)), 1);
+    meta_close(m);
+}
+
+/* Bytes in the directory's write-ahead log files (*.log). */
+static off_t
+wal_bytes(void)
+{
+    DIR *d = opendir(db);
+    cr_assert_not_null(d);
+    off_t sum = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 4, ".log") != 0)
+            continue;
+        char path[512];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", db, e->d_name);
+        cr_assert_eq(stat(path, &st), 0);
+        sum += st.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+Test(db, clean_close_leaves_no_log_to_replay)
+{
+    struct meta *m = open_ok(true);
+    char key[16], val[200];
+    memset(val, 'v', sizeof(val));
+    for (int i = 0; i < 5000; i++) {
+        struct meta_batch *b = meta_batch_new();
+        snprintf(key, sizeof(key), "key%06d", i);
+        meta_batch_put(b, META_CF_MAP, key, strlen(key), val, sizeof(val));
+        meta_batch_put(b, META_CF_HASH, key, strlen(key), val, 8);
+        cr_assert_eq(meta_batch_commit(m, b, false), 0);
+        meta_batch_free(b);
+    }
+    cr_assert_eq(meta_sync(m), 0);
+    cr_assert_gt(wal_bytes(), 5000 * 200, "the batches are in the log while open");
+    meta_close(m);
+    cr_assert_lt(wal_bytes(), 4096, "memtables flushed at close: nothing left to replay");
+    m = open_ok(false);
+    char v[256];
+    cr_assert_eq(meta_get(m, META_CF_MAP, "key004999", 9, v, sizeof(v)), (ssize_t) sizeof(val));
+    cr_assert_eq(meta_get(m, META_CF_HASH, "key000000", 9, v, sizeof(v)), 8);
     meta_close(m);
 }
 
