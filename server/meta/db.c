@@ -43,12 +43,11 @@
 #include "util/log.h"
 
 #define DEFAULT_CACHE_BYTES   (64ULL << 20)
-#define WRITE_BUFFER_BYTES    (64ULL << 20)  /* per CF memtable */
-#define ALL_MEMTABLES_BYTES   (192ULL << 20) /* all CFs' memtables together */
-#define WAL_BUFFER_BYTES      (16ULL << 20)  /* in-memory WAL buffer before a forced write */
-#define METADATA_BLOCK_BYTES  4096           /* filter and index partitions */
-#define HASH_PREFIX_LEN       9              /* algorithm byte + 8 bytes of the hash */
-#define HASH_MEMTABLE_BUCKETS (1u << 18)     /* 2 MiB of bucket heads per `hash` memtable */
+#define WRITE_BUFFER_BYTES    (64ULL << 20) /* per CF memtable */
+#define WAL_BUFFER_BYTES      (16ULL << 20) /* in-memory WAL buffer before a forced write */
+#define METADATA_BLOCK_BYTES  4096          /* filter and index partitions */
+#define HASH_PREFIX_LEN       9             /* algorithm byte + 8 bytes of the hash */
+#define HASH_MEMTABLE_BUCKETS (1u << 18)    /* 2 MiB of bucket heads per `hash` memtable */
 #define FORMAT_KEY            "format_version"
 
 static const char *const cf_names[META_CF__COUNT + 1] = {
@@ -194,12 +193,6 @@ make_options(struct meta *m, uint64_t cache_bytes)
     rocksdb_options_set_hash_link_list_rep(m->hash_opts, HASH_MEMTABLE_BUCKETS);
     rocksdb_options_set_allow_concurrent_memtable_write(m->db_opts, 0);
 
-    /* One budget for the memtables of all column families: otherwise each of `map`,
-     * `chunk`, `hash` and `rev` may hold an active and an immutable 64 MiB memtable, 512
-     * MiB in all, the whole memory budget of issue 7. Past this budget RocksDB flushes the
-     * largest memtable early. (The growth measured with 20 GiB written was malloc
-     * fragmentation, see server/main.c; this cap alone did not change it.) */
-    rocksdb_options_set_db_write_buffer_size(m->db_opts, ALL_MEMTABLES_BYTES);
     rocksdb_options_set_max_background_jobs(m->db_opts, 2); /* two cores, shared */
     rocksdb_options_set_manual_wal_flush(m->db_opts, 1);
     rocksdb_options_set_writable_file_max_buffer_size(m->db_opts, WAL_BUFFER_BYTES);
