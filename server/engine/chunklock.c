@@ -57,6 +57,28 @@ engine__chunklock_acquire(struct engine_chunklock *cl, struct engine_chunkrange 
     pthread_mutex_unlock(&cl->mu);
 }
 
+bool
+engine__chunklock_try(struct engine_chunklock *cl, struct engine_chunkrange *r, uint64_t first,
+                      uint64_t last, bool excl)
+{
+    r->first = first;
+    r->last = last;
+    r->excl = excl;
+    r->next = NULL;
+    pthread_mutex_lock(&cl->mu);
+    r->prev = cl->tail;
+    bool ok = !blocked(r);
+    if (ok) {
+        if (cl->tail)
+            cl->tail->next = r;
+        else
+            cl->head = r;
+        cl->tail = r;
+    }
+    pthread_mutex_unlock(&cl->mu);
+    return ok;
+}
+
 void
 engine__chunklock_release(struct engine_chunklock *cl, struct engine_chunkrange *r)
 {

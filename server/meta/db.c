@@ -77,6 +77,8 @@ free_options(struct meta *m)
 {
     if (m->ropts)
         rocksdb_readoptions_destroy(m->ropts);
+    if (m->ropts_cached)
+        rocksdb_readoptions_destroy(m->ropts_cached);
     if (m->wopts)
         rocksdb_writeoptions_destroy(m->wopts);
     if (m->fopts)
@@ -143,11 +145,13 @@ make_options(struct meta *m, uint64_t cache_bytes)
     m->cf_opts = rocksdb_options_create();
     m->hash_opts = rocksdb_options_create();
     m->ropts = rocksdb_readoptions_create();
+    m->ropts_cached = rocksdb_readoptions_create();
     m->wopts = rocksdb_writeoptions_create();
     m->fopts = rocksdb_flushoptions_create();
     if (!m->cache || !m->table_opts || !m->db_opts || !m->cf_opts || !m->hash_opts || !m->ropts ||
-        !m->wopts || !m->fopts)
+        !m->ropts_cached || !m->wopts || !m->fopts)
         return -ENOMEM;
+    rocksdb_readoptions_set_read_tier(m->ropts_cached, 1); /* kBlockCacheTier */
 
     rocksdb_block_based_options_set_block_cache(m->table_opts, m->cache);
     /* The table options own the policy from here on (RocksDB wraps it in a shared_ptr,
@@ -497,6 +501,29 @@ meta_get(struct meta *m, enum meta_cf cf, const void *key, size_t klen, void *va
     memcpy(val, v, vlen < cap ? vlen : cap);
     rocksdb_pinnableslice_destroy(ps);
     return (ssize_t) vlen;
+}
+
+ssize_t
+meta_get_cached(struct meta *m, enum meta_cf cf, const void *key, size_t klen, void *val,
+                size_t cap)
+{
+    char *err = NULL;
+    rocksdb_pinnableslice_t *ps =
+        rocksdb_get_pinned_cf(m->db, m->ropts_cached, meta__cf(m, cf), key, klen, &err);
+    if (err) {
+        /* Status::Incomplete ("would need I/O") is the expected one; the C API gives only
+         * its text. Any error is left to meta_get to report. */
+        free(err);
+        return -EAGAIN;
+    }
+    if (!ps)
+        return -ENOENT;
+    size_t vlen;
+    const char *v = rocksdb_pinnableslice_value(ps, &vlen);
+    if (v)
+        memcpy(val, v, vlen < cap ? vlen : cap);
+    rocksdb_pinnableslice_destroy(ps);
+    return v ? (ssize_t) vlen : -ENOENT;
 }
 
 int
