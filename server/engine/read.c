@@ -24,6 +24,14 @@ collect_id(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
     return 0;
 }
 
+/* [*lo, *hi): the bytes of the chunk at cstart that the request [off, off+len) covers. */
+static void
+overlap(uint64_t cstart, uint32_t cs, uint64_t off, uint32_t len, uint64_t *lo, uint64_t *hi)
+{
+    *lo = off > cstart ? off : cstart;
+    *hi = off + len < cstart + cs ? off + len : cstart + cs;
+}
+
 static int
 read_chunk(struct engine *e, struct engine_xstate *xs, uint64_t idx, uint64_t id, uint8_t *dst)
 {
@@ -71,9 +79,8 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
     if (n > 1 && rc == 0 && !(bufs = malloc(n * sizeof(*bufs))))
         rc = -ENOMEM;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
-        uint64_t cstart = (first + i) * cs;
-        uint64_t lo = off > cstart ? off : cstart;
-        uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
+        uint64_t cstart = (first + i) * cs, lo, hi;
+        overlap(cstart, cs, off, len, &lo, &hi);
         uint8_t *dst = buf + (lo - off);
         if (bufs)
             bufs[i] = dst;
@@ -136,9 +143,8 @@ read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uin
     uint8_t *scratch = NULL;
     int rc = 0;
     for (uint64_t i = first; rc == 0 && i <= last; i++) {
-        uint64_t cstart = i * cs;
-        uint64_t lo = off > cstart ? off : cstart;
-        uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
+        uint64_t cstart = i * cs, lo, hi;
+        overlap(cstart, cs, off, len, &lo, &hi);
         uint8_t *dst = buf + (lo - off);
         uint64_t id;
         rc = store_map_get_cached(e->st, xs->id, i, &id);

@@ -14,19 +14,7 @@
 int
 store_map_get_cached(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
 {
-    uint32_t gen = 0;
-    if (st->loc && store__loc_map_get(st, export_id, chunk_idx, chunk_id, &gen))
-        return *chunk_id ? 0 : -ENOENT;
-    uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
-    meta_key_map_encode(key, export_id, chunk_idx);
-    ssize_t n = meta_get_cached(st->meta, META_CF_MAP, key, sizeof(key), val, sizeof(val));
-    if (n == -ENOENT)
-        *chunk_id = 0;
-    else if (n < 0 || meta_val_id_decode(val, (size_t) n, chunk_id) != 0 || *chunk_id == 0)
-        return -EAGAIN;
-    if (st->loc)
-        store__loc_map_fill(st, export_id, chunk_idx, *chunk_id, gen);
-    return *chunk_id ? 0 : -ENOENT;
+    return store__map_lookup(st, export_id, chunk_idx, chunk_id, true);
 }
 
 ssize_t

@@ -178,6 +178,9 @@ void store__loc_clear(struct store *st); /* after changes made outside transacti
 bool store__loc_chunk_get(struct store *st, uint64_t id, struct store_loc *out);
 void store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc);
 void store__loc_chunk_drop(struct store *st, uint64_t id);
+/* store_map_get (nowait: store_map_get_cached, -EAGAIN for anything but a clean answer). */
+int store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
+                      bool nowait);
 
 /* segment.c */
 int store__seg_open_all(struct store *st);

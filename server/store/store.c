@@ -287,19 +287,23 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
 }
 
 int
-store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
+store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
+                  bool nowait)
 {
     uint32_t gen = 0;
     if (st->loc && store__loc_map_get(st, export_id, chunk_idx, chunk_id, &gen))
         return *chunk_id ? 0 : -ENOENT;
     uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
     meta_key_map_encode(key, export_id, chunk_idx);
-    ssize_t n = meta_get(st->meta, META_CF_MAP, key, sizeof(key), val, sizeof(val));
+    ssize_t n = (nowait ? meta_get_cached : meta_get)(st->meta, META_CF_MAP, key, sizeof(key), val,
+                                                      sizeof(val));
     if (n < 0 && n != -ENOENT)
-        return (int) n;
+        return nowait ? -EAGAIN : (int) n;
     if (n == -ENOENT) {
         *chunk_id = 0;
     } else if (meta_val_id_decode(val, (size_t) n, chunk_id) != 0 || *chunk_id == 0) {
+        if (nowait)
+            return -EAGAIN;
         log_err("store: export %" PRIu32 " chunk %" PRIu64 ": malformed map entry", export_id,
                 chunk_idx);
         return -EIO;
@@ -307,6 +311,12 @@ store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t
     if (st->loc)
         store__loc_map_fill(st, export_id, chunk_idx, *chunk_id, gen);
     return *chunk_id ? 0 : -ENOENT;
+}
+
+int
+store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
+{
+    return store__map_lookup(st, export_id, chunk_idx, chunk_id, false);
 }
 
 int
