@@ -37,14 +37,10 @@ blocked(const struct engine_chunkrange *r)
     return false;
 }
 
-void
-engine__chunklock_acquire(struct engine_chunklock *cl, struct engine_chunkrange *r, uint64_t first,
-                          uint64_t last, bool excl)
+/* Appends r to the queue (cl->mu held). */
+static void
+enqueue(struct engine_chunklock *cl, struct engine_chunkrange *r)
 {
-    r->first = first;
-    r->last = last;
-    r->excl = excl;
-    pthread_mutex_lock(&cl->mu);
     r->next = NULL;
     r->prev = cl->tail;
     if (cl->tail)
@@ -52,9 +48,37 @@ engine__chunklock_acquire(struct engine_chunklock *cl, struct engine_chunkrange 
     else
         cl->head = r;
     cl->tail = r;
+}
+
+void
+engine__chunklock_acquire(struct engine_chunklock *cl, struct engine_chunkrange *r, uint64_t first,
+                          uint64_t last, bool excl)
+{
+    *r = (struct engine_chunkrange){.first = first, .last = last, .excl = excl};
+    pthread_mutex_lock(&cl->mu);
+    enqueue(cl, r);
     while (blocked(r))
         pthread_cond_wait(&cl->cv, &cl->mu);
     pthread_mutex_unlock(&cl->mu);
+}
+
+bool
+engine__chunklock_try(struct engine_chunklock *cl, struct engine_chunkrange *r, uint64_t first,
+                      uint64_t last, bool excl)
+{
+    *r = (struct engine_chunkrange){.first = first, .last = last, .excl = excl};
+    pthread_mutex_lock(&cl->mu);
+    enqueue(cl, r);
+    bool ok = !blocked(r); /* blocked() looks only at earlier requests */
+    if (!ok) {
+        cl->tail = r->prev;
+        if (cl->tail)
+            cl->tail->next = NULL;
+        else
+            cl->head = NULL;
+    }
+    pthread_mutex_unlock(&cl->mu);
+    return ok;
 }
 
 void

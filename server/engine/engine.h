@@ -126,6 +126,14 @@ void engine_export_get_info(const struct engine_export *ex, struct engine_export
  * store transaction (all or nothing); TRIM/ZERO of a large range may take several. Reads
  * of never-written or trimmed ranges return zeros. */
 int engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf);
+/* engine_read for the event loop: never blocks. Answers a read of at most
+ * ENGINE_NOWAIT_MAX_BYTES from memory alone (cached metadata, the page cache) and returns 0,
+ * or -EAGAIN when it cannot — the data is not cached, a write to the export is queued or
+ * holds the chunks, the request is larger, or anything is unusual; the caller then submits
+ * the read (engine_submit), whose answer, errors included, is the authoritative one.
+ * Any thread; the loop thread is the one it is for. */
+#define ENGINE_NOWAIT_MAX_BYTES (64u << 10)
+int engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf);
 int engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *buf,
                  unsigned flags);
 int engine_trim(struct engine_export *ex, uint64_t off, uint64_t len, unsigned flags);

@@ -41,6 +41,9 @@ void engine__chunklock_destroy(struct engine_chunklock *cl);
 /* Blocks until no earlier overlapping request in a conflicting mode remains. */
 void engine__chunklock_acquire(struct engine_chunklock *cl, struct engine_chunkrange *r,
                                uint64_t first, uint64_t last, bool excl);
+/* acquire that never waits: false (r not queued) when an earlier request conflicts. */
+bool engine__chunklock_try(struct engine_chunklock *cl, struct engine_chunkrange *r, uint64_t first,
+                           uint64_t last, bool excl);
 void engine__chunklock_release(struct engine_chunklock *cl, struct engine_chunkrange *r);
 
 /* ---- counters ---- */
@@ -77,6 +80,9 @@ struct engine_xstate {
     uint32_t open_handles;        /* e->cat_mu */
     bool deleting;                /* e->cat_mu: no new handles, clones or lookups */
     struct engine_chunklock lock; /* chunk ranges in flight */
+    /* WRITE/TRIM/ZERO requests submitted and not yet done: while any is, engine_read_nowait
+     * declines, so a read never overtakes a change still queued for a worker. */
+    _Atomic uint32_t changes_queued;
     struct engine_counters c;
     struct engine_xstate *next; /* e->exports list, by id */
 };

@@ -24,6 +24,14 @@ collect_id(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
     return 0;
 }
 
+/* [*lo, *hi): the bytes of the chunk at cstart that the request [off, off+len) covers. */
+static void
+overlap(uint64_t cstart, uint32_t cs, uint64_t off, uint32_t len, uint64_t *lo, uint64_t *hi)
+{
+    *lo = off > cstart ? off : cstart;
+    *hi = off + len < cstart + cs ? off + len : cstart + cs;
+}
+
 static int
 read_chunk(struct engine *e, struct engine_xstate *xs, uint64_t idx, uint64_t id, uint8_t *dst)
 {
@@ -71,9 +79,8 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
     if (n > 1 && rc == 0 && !(bufs = malloc(n * sizeof(*bufs))))
         rc = -ENOMEM;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
-        uint64_t cstart = (first + i) * cs;
-        uint64_t lo = off > cstart ? off : cstart;
-        uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
+        uint64_t cstart = (first + i) * cs, lo, hi;
+        overlap(cstart, cs, off, len, &lo, &hi);
         uint8_t *dst = buf + (lo - off);
         if (bufs)
             bufs[i] = dst;
@@ -120,6 +127,62 @@ engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
     struct engine_chunkrange r;
     engine__chunklock_acquire(&xs->lock, &r, off / cs, (off + len - 1) / cs, false);
     int rc = read_locked(e, xs, off, len, buf);
+    engine__chunklock_release(&xs->lock, &r);
+    if (rc == 0)
+        ENGINE_COUNT(e, xs, bytes_read, len);
+    return rc;
+}
+
+/* Chunk by chunk with the store's non-blocking reads; -EAGAIN as soon as one declines. */
+static int
+read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t len,
+                   uint8_t *buf)
+{
+    const uint32_t cs = xs->rec.chunk_size;
+    const uint64_t first = off / cs, last = (off + len - 1) / cs;
+    uint8_t *scratch = NULL;
+    int rc = 0;
+    for (uint64_t i = first; rc == 0 && i <= last; i++) {
+        uint64_t cstart = i * cs, lo, hi;
+        overlap(cstart, cs, off, len, &lo, &hi);
+        uint8_t *dst = buf + (lo - off);
+        uint64_t id;
+        rc = store_map_get_cached(e->st, xs->id, i, &id);
+        if (rc == -ENOENT) {
+            memset(dst, 0, hi - lo);
+            rc = 0;
+            continue;
+        }
+        if (rc < 0)
+            break;
+        bool whole = hi - lo == cs;
+        if (!whole && !scratch && !(scratch = malloc(cs))) {
+            rc = -EAGAIN;
+            break;
+        }
+        ssize_t n = store_chunk_read_cached(e->st, id, whole ? dst : scratch, cs);
+        if (n != (ssize_t) cs)
+            rc = -EAGAIN; /* not cached, or unusual: engine_read sees to it */
+        else if (!whole)
+            memcpy(dst, scratch + (lo - cstart), hi - lo);
+    }
+    free(scratch);
+    return rc;
+}
+
+int
+engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
+{
+    struct engine *e = ex->e;
+    struct engine_xstate *xs = ex->xs;
+    if (len == 0 || len > ENGINE_NOWAIT_MAX_BYTES || !buf || !engine__range_ok(xs, off, len) ||
+        atomic_load_explicit(&xs->changes_queued, memory_order_acquire) != 0)
+        return -EAGAIN;
+    const uint32_t cs = xs->rec.chunk_size;
+    struct engine_chunkrange r;
+    if (!engine__chunklock_try(&xs->lock, &r, off / cs, (off + len - 1) / cs, false))
+        return -EAGAIN;
+    int rc = read_nowait_locked(e, xs, off, len, buf);
     engine__chunklock_release(&xs->lock, &r);
     if (rc == 0)
         ENGINE_COUNT(e, xs, bytes_read, len);

@@ -42,10 +42,18 @@ run_op(uv_work_t *w)
     }
 }
 
+static bool
+is_change(const struct engine_req *req)
+{
+    return req->op == ENGINE_OP_WRITE || req->op == ENGINE_OP_TRIM || req->op == ENGINE_OP_ZERO;
+}
+
 static void
 after_op(uv_work_t *w, int status)
 {
     struct engine_req *req = w->data;
+    if (is_change(req))
+        atomic_fetch_sub_explicit(&req->ex->xs->changes_queued, 1, memory_order_release);
     if (status == UV_ECANCELED)
         req->result = -ECANCELED;
     req->done(req);
@@ -78,6 +86,10 @@ engine_submit(uv_loop_t *loop, struct engine_req *req)
     }
     req->result = 0;
     req->work.data = req;
+    if (is_change(req))
+        atomic_fetch_add_explicit(&req->ex->xs->changes_queued, 1, memory_order_acq_rel);
     int rc = uv_queue_work(loop, &req->work, run_op, after_op);
+    if (rc < 0 && is_change(req))
+        atomic_fetch_sub_explicit(&req->ex->xs->changes_queued, 1, memory_order_release);
     return rc < 0 ? rc : 0; /* libuv errors are -errno on Unix */
 }

@@ -15,6 +15,7 @@ struct meta {
     rocksdb_cache_t *cache;
     rocksdb_column_family_handle_t *cf[META_CF__COUNT + 1]; /* [0] default, [cf + 1] ours */
     rocksdb_readoptions_t *ropts;
+    rocksdb_readoptions_t *ropts_cached; /* read tier: memtables and block cache only */
     rocksdb_writeoptions_t *wopts;
     rocksdb_flushoptions_t *fopts;
     bool read_only;

@@ -42,6 +42,11 @@ void meta_close(struct meta *m); /* NULL is fine */
  * copied), -ENOENT when absent, -EIO on a database error. */
 ssize_t meta_get(struct meta *m, enum meta_cf cf, const void *key, size_t klen, void *val,
                  size_t cap);
+/* meta_get that never does I/O: it answers from the memtables and the block cache only, and
+ * returns -EAGAIN where it would have to read a table file (or on any database error, which
+ * meta_get then reports). For callers that must not block (the event loop). */
+ssize_t meta_get_cached(struct meta *m, enum meta_cf cf, const void *key, size_t klen, void *val,
+                        size_t cap);
 
 /* Batches: every index change of one logical operation goes into one batch (invariant 3).
  * meta_batch_new returns NULL only on out-of-memory. A batch belongs to one thread. */

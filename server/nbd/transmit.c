@@ -75,6 +75,13 @@ submit(struct nbd_conn *c, struct nbd_req *req)
         c->inflight_bytes += er->len;
         er->op = ENGINE_OP_READ;
         er->buf = req->buf;
+        /* A small read of cached data is answered here: handing it to a worker and back
+         * costs more than the read. -EAGAIN: the worker does it (and reports any error). */
+        if (req->type == NBD_CMD_READ &&
+            engine_read_nowait(c->ex, req->off, (uint32_t) er->len, req->buf) == 0) {
+            nbd__reply(req, 0);
+            return;
+        }
         break;
     case NBD_CMD_WRITE:
         er->op = ENGINE_OP_WRITE;

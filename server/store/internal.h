@@ -144,9 +144,10 @@ struct store {
     size_t nexports, exports_cap;
     uint64_t compactions;
 
-    struct store_txn txn;   /* the one transaction: reused under commit_lock */
-    uint64_t wal_unflushed; /* batch bytes since the last WAL flush */
-    uint64_t mem_unpolled;  /* batch bytes since the last memtable size poll */
+    struct store_loccache *loc; /* loccache.c: map entries and chunk locations for reads */
+    struct store_txn txn;       /* the one transaction: reused under commit_lock */
+    uint64_t wal_unflushed;     /* batch bytes since the last WAL flush */
+    uint64_t mem_unpolled;      /* batch bytes since the last memtable size poll */
 
     /* compaction thread */
     pthread_t compact_thread;
@@ -156,6 +157,30 @@ struct store {
     bool compact_stop;
     pthread_mutex_t compact_run; /* one compaction pass at a time (taken before commit_lock) */
 };
+
+/* loccache.c (see there for why a stale entry never yields wrong bytes). Any thread. */
+struct store_loc {
+    uint32_t seg;
+    uint32_t len; /* stored length */
+    uint64_t off;
+};
+int store__loc_init(struct store *st);
+void store__loc_fini(struct store *st);
+/* A hit: true and *chunk_id (0: known unmapped). A miss: false and *gen, to pass to
+ * store__loc_map_fill with what RocksDB answered after this call. */
+bool store__loc_map_get(struct store *st, uint32_t export_id, uint64_t idx, uint64_t *chunk_id,
+                        uint32_t *gen);
+void store__loc_map_fill(struct store *st, uint32_t export_id, uint64_t idx, uint64_t chunk_id,
+                         uint32_t gen);
+/* A commit changed the entry (its batch is applied): every fill begun before is refused. */
+void store__loc_map_set(struct store *st, uint32_t export_id, uint64_t idx, uint64_t chunk_id);
+void store__loc_clear(struct store *st); /* after changes made outside transactions */
+bool store__loc_chunk_get(struct store *st, uint64_t id, struct store_loc *out);
+void store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc);
+void store__loc_chunk_drop(struct store *st, uint64_t id);
+/* store_map_get (nowait: store_map_get_cached, -EAGAIN for anything but a clean answer). */
+int store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
+                      bool nowait);
 
 /* segment.c */
 int store__seg_open_all(struct store *st);

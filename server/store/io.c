@@ -31,6 +31,14 @@ r_preadv(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
 }
 
 static ssize_t
+r_preadv_nowait(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+    ssize_t n = preadv2(fd, iov, iovcnt, (off_t) off, RWF_NOWAIT);
+    /* EOPNOTSUPP on kernels or file systems without it: the caller's blocking path reads. */
+    return n < 0 ? -errno : n;
+}
+
+static ssize_t
 r_pwrite(int fd, const void *buf, size_t len, uint64_t off)
 {
     ssize_t n = pwrite(fd, buf, len, (off_t) off);
@@ -133,6 +141,7 @@ static const struct store_io_ops real_ops = {
     .open = r_open,
     .close = r_close,
     .preadv = r_preadv,
+    .preadv_nowait = r_preadv_nowait,
     .pwritev = r_pwritev,
     .writeback = r_writeback,
     .pwrite = r_pwrite,

@@ -31,6 +31,9 @@ struct store_io_ops {
     /* Starts write-back of [off, off+len) without waiting for it (a hint: durability
      * still comes from fdatasync only); NULL: nothing. */
     int (*writeback)(int fd, uint64_t off, uint64_t len);
+    /* preadv that never waits for the disk: the bytes in the page cache, or -EAGAIN (a short
+     * count when only some are). NULL (a test double without it): always -EAGAIN. */
+    ssize_t (*preadv_nowait)(int fd, const struct iovec *iov, int iovcnt, uint64_t off);
 };
 
 /* Installs ops (NULL restores the real ones). Call only while no store is open. */

@@ -43,7 +43,7 @@ load_dense(struct store *st, const uint64_t *ids, size_t n, struct meta_chunk_re
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-        if (ids[i])
+        if (ids[i] && !ok[i])
             items[m++] = (struct rv_item){.id = ids[i], .pos = (uint32_t) i};
     qsort(items, m, sizeof(*items), cmp_item);
     struct meta_iter *it = meta_iter_new(st->meta, META_CF_CHUNK);
@@ -149,6 +149,26 @@ store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *
     memset(ok, 0, sz_ok);
 
     int rc = 0;
+    /* Locations the cache knows first: hot shared chunks have thousands of versions of
+     * their entry (one per refcount change) for an iterator to step over. */
+    k = 0, lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct store_loc loc;
+        if (!ids[i])
+            continue;
+        if (st->loc && store__loc_chunk_get(st, ids[i], &loc) && loc.len == len) {
+            recs[i] = (struct meta_chunk_rec){.seg = loc.seg,
+                                              .off = loc.off,
+                                              .raw_len = len,
+                                              .stored_len = len,
+                                              .codec = STORE_CODEC_RAW};
+            ok[i] = true;
+            continue;
+        }
+        k++;
+        lo = ids[i] < lo ? ids[i] : lo;
+        hi = ids[i] > hi ? ids[i] : hi;
+    }
     /* An iterator pays for itself only over a dense range of ids; scattered ids (random
      * writes, shared chunks) are left to store_chunk_read's point reads. */
     if (k >= 4 && hi - lo < 4 * (uint64_t) k)

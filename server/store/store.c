@@ -220,12 +220,37 @@ store_chunk_get(struct store *st, uint64_t chunk_id, struct store_chunk_info *ou
     return rc;
 }
 
+/* The record at the chunk's cached location, if there is one and it checks out (header
+ * names the chunk, CRC good); else the slot is dropped and -EAGAIN sends the caller to the
+ * chunk entry, which also reports any real error. */
+static ssize_t
+read_at_cached_loc(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
+{
+    struct store_loc loc;
+    if (!st->loc || !store__loc_chunk_get(st, chunk_id, &loc))
+        return -EAGAIN;
+    struct store_seg *sg = loc.len <= cap ? store__seg_get(st, loc.seg) : NULL;
+    if (sg) {
+        struct store_record_hdr h;
+        int rc = store__read_record(st, sg, loc.off, &h, buf, cap, loc.len);
+        store__seg_put(st, sg);
+        if (rc == 0 && h.chunk_id == chunk_id && h.stored_len == loc.len &&
+            h.codec == STORE_CODEC_RAW && h.raw_len == h.stored_len)
+            return (ssize_t) h.raw_len;
+    }
+    store__loc_chunk_drop(st, chunk_id);
+    return -EAGAIN;
+}
+
 ssize_t
 store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
 {
     /* Compaction may move the record between our look-up and our read. The old segment
      * is only removed after the new location is committed, so a missing segment means
      * "look again"; a reader that got the segment keeps its fd open until it is done. */
+    ssize_t got = read_at_cached_loc(st, chunk_id, buf, cap);
+    if (got >= 0)
+        return got;
     for (int attempt = 0; attempt < 4; attempt++) {
         struct meta_chunk_rec r;
         int rc = store__chunk_load(st, chunk_id, &r);
@@ -252,6 +277,9 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
         else if (rc)
             log_err("store: chunk %" PRIu64 " seg %" PRIu32 " off %" PRIu64 ": read: %s", chunk_id,
                     r.seg, r.off, strerror(-rc));
+        if (rc == 0 && st->loc) /* a raw record: checked above */
+            store__loc_chunk_put(
+                st, chunk_id, &(struct store_loc){.seg = r.seg, .off = r.off, .len = r.stored_len});
         return rc ? rc : (ssize_t) r.raw_len;
     }
     log_err("store: chunk %" PRIu64 ": its segment is missing", chunk_id);
@@ -259,19 +287,36 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
 }
 
 int
-store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
+store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
+                  bool nowait)
 {
+    uint32_t gen = 0;
+    if (st->loc && store__loc_map_get(st, export_id, chunk_idx, chunk_id, &gen))
+        return *chunk_id ? 0 : -ENOENT;
     uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
     meta_key_map_encode(key, export_id, chunk_idx);
-    ssize_t n = meta_get(st->meta, META_CF_MAP, key, sizeof(key), val, sizeof(val));
-    if (n < 0)
-        return (int) n;
-    if (meta_val_id_decode(val, (size_t) n, chunk_id) != 0) {
+    ssize_t n = (nowait ? meta_get_cached : meta_get)(st->meta, META_CF_MAP, key, sizeof(key), val,
+                                                      sizeof(val));
+    if (n < 0 && n != -ENOENT)
+        return nowait ? -EAGAIN : (int) n;
+    if (n == -ENOENT) {
+        *chunk_id = 0;
+    } else if (meta_val_id_decode(val, (size_t) n, chunk_id) != 0 || *chunk_id == 0) {
+        if (nowait)
+            return -EAGAIN;
         log_err("store: export %" PRIu32 " chunk %" PRIu64 ": malformed map entry", export_id,
                 chunk_idx);
         return -EIO;
     }
-    return 0;
+    if (st->loc)
+        store__loc_map_fill(st, export_id, chunk_idx, *chunk_id, gen);
+    return *chunk_id ? 0 : -ENOENT;
+}
+
+int
+store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
+{
+    return store__map_lookup(st, export_id, chunk_idx, chunk_id, false);
 }
 
 int
@@ -490,6 +535,9 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     if (rc)
         goto fail;
     store__ccache_drop_all(st); /* recovery may have removed chunk entries */
+    rc = store__loc_init(st);   /* after recovery, which changes entries behind it */
+    if (rc)
+        goto fail;
     if (st->opt.background_compaction && !st->opt.read_only) {
         rc = store__compact_start(st);
         if (rc)
@@ -521,6 +569,7 @@ store_close(struct store *st)
     meta_close(st->meta);
     store__seg_close_all(st);
     store__txn_fini(&st->txn);
+    store__loc_fini(st);
     if (st->lock_fd >= 0)
         store__io->close(st->lock_fd);
     pthread_mutex_destroy(&st->commit_lock);

@@ -80,6 +80,16 @@ int store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *con
 
 /* Block map lookups. 0 and *chunk_id, or -ENOENT when unmapped (reads as zeros). */
 int store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id);
+
+/* Non-blocking twins of store_map_get and store_chunk_read for the event loop (cached.c):
+ * they answer only from memory (RocksDB memtables and block cache, the page cache) and
+ * return -EAGAIN wherever the blocking call would wait for the disk or take the commit
+ * lock — and also on anything unusual (a corrupt record, a segment being compacted away,
+ * a database error), which the blocking call then meets, reports and handles. So -EAGAIN
+ * always means "ask the blocking call", never an error of its own. Any thread. */
+int store_map_get_cached(struct store *st, uint32_t export_id, uint64_t chunk_idx,
+                         uint64_t *chunk_id);
+ssize_t store_chunk_read_cached(struct store *st, uint64_t chunk_id, void *buf, size_t cap);
 /* Calls fn for each mapped chunk index in [first, first + count) in ascending order; stops
  * early and returns fn's value if fn returns non-zero. 0 or -errno. */
 int store_map_scan(struct store *st, uint32_t export_id, uint64_t first, uint64_t count,

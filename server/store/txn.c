@@ -835,12 +835,22 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
         d->sg->dirty = false;
     }
-    for (size_t i = 0; i < tx->nchunks; i++) { /* the cache follows the committed entries */
+    for (size_t i = 0; i < tx->nmaps; i++) { /* the batch is applied: reads may see it */
+        const struct txn_map *m = &tx->maps[tx->map_used[i]];
+        store__loc_map_set(st, m->export_id, m->chunk_idx, m->chunk_id);
+    }
+    for (size_t i = 0; i < tx->nchunks; i++) { /* the caches follow the committed entries */
         struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
         int64_t after = (int64_t) e->rec.refs + e->delta;
         if (after == 0) {
             ccache_drop(tx, e->id);
-        } else if (!e->is_new) { /* new ones: loaded (and cached) once they are reused */
+            store__loc_chunk_drop(st, e->id);
+        } else if (e->is_new && e->rec.codec == STORE_CODEC_RAW) {
+            store__loc_chunk_put(st, e->id,
+                                 &(struct store_loc){.seg = e->rec.seg,
+                                                     .off = e->rec.off,
+                                                     .len = e->rec.stored_len});
+        } else { /* new ones: loaded (and cached) once they are reused */
             struct meta_chunk_rec r = e->rec;
             r.refs = (uint64_t) after;
             ccache_put(tx, e->id, &r);
@@ -941,6 +951,13 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         meta_val_id_encode(rv, mv[i].id);
         meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
         queue_piece(tx, NULL, reclen);
+        /* Readers may keep reading the old copy until the old segment goes (the record
+         * checks say which copy is whose); from now on they find the new one. */
+        if (r.codec == STORE_CODEC_RAW)
+            store__loc_chunk_put(
+                st, mv[i].id, &(struct store_loc){.seg = r.seg, .off = r.off, .len = r.stored_len});
+        else
+            store__loc_chunk_drop(st, mv[i].id);
         store__seg_set_size(st->active, st->active->size + reclen);
         seg_delta(tx, st->active)->d_live += (int64_t) reclen;
         fd = seg_delta(tx, from); /* the array may have grown */
@@ -971,6 +988,8 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         }
         rc = store__wal_pace(st, bytes);
     } else {
+        for (size_t i = 0; i < n; i++) /* their new places were never committed */
+            store__loc_chunk_drop(st, mv[i].id);
         /* Copies already written are dead; unwritten ones are un-reserved. */
         if (tx->wlen && st->active->size == tx->woff + tx->wlen)
             store__seg_set_size(st->active, tx->woff);

@@ -132,3 +132,25 @@ Test(chunklock, readers_share_and_a_waiting_writer_blocks_later_readers)
     pthread_join(t4, NULL);
     engine__chunklock_destroy(&cl);
 }
+
+/* engine__chunklock_try never waits: it takes a range only when acquire would not block,
+ * and a refused try leaves nothing queued. */
+Test(chunklock, try_takes_free_ranges_and_never_queues)
+{
+    struct engine_chunklock cl;
+    engine__chunklock_init(&cl);
+    struct engine_chunkrange w, r1, r2, r3;
+    engine__chunklock_acquire(&cl, &w, 10, 19, true);
+    cr_assert(!engine__chunklock_try(&cl, &r1, 15, 25, false), "overlaps a writer");
+    cr_assert(engine__chunklock_try(&cl, &r1, 20, 29, false), "disjoint");
+    cr_assert(engine__chunklock_try(&cl, &r2, 25, 26, false), "readers share");
+    cr_assert(!engine__chunklock_try(&cl, &r3, 0, 29, true), "a writer over readers");
+    engine__chunklock_release(&cl, &w);
+    engine__chunklock_release(&cl, &r1);
+    engine__chunklock_release(&cl, &r2);
+    cr_assert_null(cl.head, "a refused try must not stay queued");
+    cr_assert(engine__chunklock_try(&cl, &r3, 0, 29, true));
+    engine__chunklock_release(&cl, &r3);
+    cr_assert_null(cl.head);
+    engine__chunklock_destroy(&cl);
+}

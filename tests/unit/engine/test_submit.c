@@ -91,3 +91,63 @@ Test(submit, operations_complete_once_on_the_loop_thread)
     cr_assert_eq(uv_loop_close(&loop), 0);
     fx_close(&f);
 }
+
+/* engine_read_nowait: answers small reads of cached data with the right bytes, and declines
+ * (-EAGAIN, nothing done) what it must leave to a worker. */
+Test(submit, read_nowait_answers_cached_reads_and_declines_the_rest)
+{
+    struct fx f;
+    fx_open(&f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct ctx c = {.loop_thread = pthread_self()};
+    uint8_t data[4 * CS], got[4 * CS];
+    fx_fill(data, sizeof(data), 3);
+
+    /* Never written: zeros, from the map alone. */
+    memset(got, 0xAA, sizeof(got));
+    cr_assert_eq(engine_read_nowait(f.ex, 8 * CS, 2 * CS, got), 0);
+    for (size_t i = 0; i < 2 * CS; i++)
+        cr_assert_eq(got[i], 0, "byte %zu of a hole", i);
+
+    struct engine_req w = {
+        .op = ENGINE_OP_WRITE, .ex = f.ex, .off = 0, .len = sizeof(data), .buf = data};
+    cr_assert_eq(run(&loop, &w, &c), 0);
+    /* Just written, so in the page cache: whole chunks and a range across chunk edges. */
+    memset(got, 0, sizeof(got));
+    cr_assert_eq(engine_read_nowait(f.ex, 0, sizeof(got), got), 0);
+    cr_assert(!memcmp(got, data, sizeof(data)));
+    memset(got, 0, sizeof(got));
+    cr_assert_eq(engine_read_nowait(f.ex, CS - 100, CS + 200, got), 0);
+    cr_assert(!memcmp(got, data + CS - 100, CS + 200));
+
+    /* Declined: out of range, empty, larger than the limit. */
+    cr_assert_eq(engine_read_nowait(f.ex, FX_SIZE - CS, 2 * CS, got), -EAGAIN);
+    cr_assert_eq(engine_read_nowait(f.ex, 0, 0, got), -EAGAIN);
+    static uint8_t big[ENGINE_NOWAIT_MAX_BYTES + CS];
+    cr_assert_eq(engine_read_nowait(f.ex, 0, sizeof(big), big), -EAGAIN);
+
+    /* A change submitted but not yet run: a read must not overtake it, even elsewhere. */
+    uint8_t data2[CS];
+    fx_fill(data2, sizeof(data2), 4);
+    struct engine_req w2 = {.op = ENGINE_OP_WRITE,
+                            .ex = f.ex,
+                            .off = 0,
+                            .len = sizeof(data2),
+                            .buf = data2,
+                            .done = on_done,
+                            .user = &c};
+    c.done = 0;
+    cr_assert_eq(engine_submit(&loop, &w2), 0);
+    cr_assert_eq(engine_read_nowait(f.ex, 0, CS, got), -EAGAIN);
+    cr_assert_eq(engine_read_nowait(f.ex, 3 * CS, CS, got), -EAGAIN);
+    cr_assert_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    cr_assert_eq(c.done, 1);
+    cr_assert_eq(w2.result, 0);
+    /* Done: the read is answered again, with the new bytes. */
+    cr_assert_eq(engine_read_nowait(f.ex, 0, CS, got), 0);
+    cr_assert(!memcmp(got, data2, CS));
+
+    cr_assert_eq(uv_loop_close(&loop), 0);
+    fx_close(&f);
+}

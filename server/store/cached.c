@@ -1,0 +1,59 @@
+/* cached.c: reads that never wait — the event loop's path for small reads whose metadata
+ * and bytes are already in memory. They do what store_map_get and store_chunk_read do with
+ * the non-blocking primitives (meta_get_cached, preadv_nowait) and give up with -EAGAIN at
+ * the first thing that would block or that is unusual; the blocking calls, run on a worker
+ * thread, then do the work again and own every error report. A request answered here skips
+ * two thread hand-offs, which cost more than the read itself when the data is cached.
+ * Knows nothing of exports or hashing. */
+#include "store/internal.h"
+
+#include <errno.h>
+
+#include "util/crc32c.h"
+
+int
+store_map_get_cached(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
+{
+    return store__map_lookup(st, export_id, chunk_idx, chunk_id, true);
+}
+
+ssize_t
+store_chunk_read_cached(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
+{
+    if (!store__io->preadv_nowait)
+        return -EAGAIN;
+    struct store_loc loc;
+    bool cached = st->loc && store__loc_chunk_get(st, chunk_id, &loc);
+    if (!cached) {
+        uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX];
+        meta_key_chunk_encode(key, chunk_id);
+        ssize_t n = meta_get_cached(st->meta, META_CF_CHUNK, key, sizeof(key), val, sizeof(val));
+        struct meta_chunk_rec r;
+        if (n < 0 || (size_t) n > sizeof(val) || meta_chunk_rec_decode(val, (size_t) n, &r) != 0 ||
+            r.codec != STORE_CODEC_RAW || r.stored_len != r.raw_len)
+            return -EAGAIN;
+        loc = (struct store_loc){.seg = r.seg, .off = r.off, .len = r.stored_len};
+    }
+    if (loc.len > cap)
+        return -EAGAIN;
+    struct store_seg *sg = store__seg_get(st, loc.seg);
+    if (!sg)
+        return -EAGAIN; /* compacted away meanwhile */
+    uint8_t hb[STORE_RECORD_HDR_LEN];
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {buf, loc.len}};
+    ssize_t got = store__io->preadv_nowait(sg->fd, iov, 2, loc.off);
+    store__seg_put(st, sg);
+    struct store_record_hdr h;
+    /* invariant 5: never bytes that fail their check. A record that is not this chunk's
+     * means a stale cached location (compaction moved it). */
+    if (got != (ssize_t) (sizeof(hb) + loc.len) || store_record_decode(hb, sizeof(hb), &h) != 0 ||
+        h.chunk_id != chunk_id || h.codec != STORE_CODEC_RAW || h.raw_len != loc.len ||
+        h.stored_len != loc.len || crc32c(0, buf, loc.len) != h.data_crc) {
+        if (cached && got == (ssize_t) (sizeof(hb) + loc.len))
+            store__loc_chunk_drop(st, chunk_id);
+        return -EAGAIN;
+    }
+    if (!cached && st->loc)
+        store__loc_chunk_put(st, chunk_id, &loc);
+    return (ssize_t) loc.len;
+}

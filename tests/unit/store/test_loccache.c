@@ -1,0 +1,192 @@
+/* Tests server/store/loccache.c and cached.c: the location cache follows every committed
+ * change, refuses a fill that a commit overtook, and a stale or wrong chunk location never
+ * yields wrong bytes; the non-blocking reads answer from memory or decline with -EAGAIN. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+
+#include "fakes/io_fake.h"
+#include "helpers.h"
+#include "store/internal.h"
+#include "util/log.h"
+
+static char dir[64];
+
+static void
+setup(void)
+{
+    log_set_level(LOG_LEVEL_ERROR);
+    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
+}
+
+static void
+teardown(void)
+{
+    tmpdir_rm(dir);
+}
+
+TestSuite(loccache, .init = setup, .fini = teardown);
+
+static struct store *
+open_store(uint64_t seg_bytes)
+{
+    struct store_options o = {.seg_bytes = seg_bytes, .block_cache_bytes = 8 << 20};
+    struct store *st = NULL;
+    cr_assert_eq(store_open(dir, &o, &st), 0);
+    return st;
+}
+
+/* Maps block idx of export 1 to a new chunk of content seed (0: unmaps it). */
+static uint64_t
+map_one(struct store *st, uint64_t idx, uint64_t seed)
+{
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t id = seed ? add(tx, seed, 4096) : 0;
+    cr_assert_eq(store_txn_map_set(tx, 1, idx, id), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    return id;
+}
+
+static uint64_t
+mapped(struct store *st, uint64_t idx)
+{
+    uint64_t id = 99;
+    int rc = store_map_get(st, 1, idx, &id);
+    cr_assert(rc == 0 || rc == -ENOENT, "map_get: %d", rc);
+    return rc == 0 ? id : 0;
+}
+
+Test(loccache, map_entries_follow_every_commit)
+{
+    struct store *st = open_store(0);
+    cr_assert_eq(mapped(st, 5), 0); /* a hole, now cached as one */
+    uint64_t a = map_one(st, 5, 1);
+    cr_assert_eq(mapped(st, 5), a);
+    cr_assert_eq(mapped(st, 5), a); /* the cached answer */
+    uint64_t b = map_one(st, 5, 2);
+    cr_assert_neq(a, b);
+    cr_assert_eq(mapped(st, 5), b);
+    map_one(st, 5, 0);
+    cr_assert_eq(mapped(st, 5), 0);
+    uint8_t buf[4096];
+    cr_assert_eq(store_chunk_read(st, b, buf, sizeof(buf)), -ENOENT, "b was freed");
+    cr_assert_eq(store_chunk_read_cached(st, b, buf, sizeof(buf)), -EAGAIN);
+    store_close(st);
+}
+
+Test(loccache, a_fill_that_a_commit_overtook_is_refused)
+{
+    struct store *st = open_store(0);
+    uint64_t a = map_one(st, 7, 1), id;
+    uint32_t gen, g;
+    store__loc_clear(st);
+    /* A reader misses, then reads RocksDB (gets a)... */
+    cr_assert(!store__loc_map_get(st, 1, 7, &id, &gen));
+    /* ...meanwhile a commit maps the block to b... */
+    uint64_t b = map_one(st, 7, 2);
+    /* ...and the reader's late fill with a must not stick. */
+    store__loc_map_fill(st, 1, 7, a, gen);
+    cr_assert_eq(mapped(st, 7), b);
+    /* A fill nothing overtook is taken (the cache really is what answers). */
+    cr_assert(!store__loc_map_get(st, 1, 8, &id, &g));
+    store__loc_map_fill(st, 1, 8, b, g);
+    cr_assert_eq(mapped(st, 8), b);
+    store_close(st);
+}
+
+Test(loccache, a_wrong_chunk_location_never_gives_wrong_bytes)
+{
+    struct store *st = open_store(0);
+    uint64_t a = map_one(st, 0, 11), b = map_one(st, 1, 12);
+    struct store_chunk_info ia, ib;
+    cr_assert_eq(store_chunk_get(st, a, &ia), 0);
+    cr_assert_eq(store_chunk_get(st, b, &ib), 0);
+    /* a's slot names b's record (a valid record of another chunk), then a place with no
+     * record at all, then a segment that does not exist. */
+    struct store_loc wrong[] = {{.seg = ib.seg, .off = ib.off, .len = 4096},
+                                {.seg = ia.seg, .off = ia.off + 100, .len = 4096},
+                                {.seg = ia.seg + 1000, .off = 0, .len = 4096}};
+    uint8_t buf[4096], want[4096];
+    fill(want, sizeof(want), 11);
+    for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+        store__loc_chunk_put(st, a, &wrong[i]);
+        ssize_t n = store_chunk_read_cached(st, a, buf, sizeof(buf));
+        cr_assert(n == -EAGAIN || (n == 4096 && !memcmp(buf, want, 4096)), "case %zu: %zd", i, n);
+        store__loc_chunk_put(st, a, &wrong[i]);
+        expect_bytes(st, a, 11, 4096);
+        /* The blocking read dropped the wrong slot and cached the right place. */
+        struct store_loc now;
+        cr_assert(store__loc_chunk_get(st, a, &now));
+        cr_assert_eq(now.seg, ia.seg);
+        cr_assert_eq(now.off, ia.off);
+    }
+    /* A multi-chunk read meets the wrong slot too. */
+    store__loc_chunk_put(st, a, &wrong[0]);
+    uint8_t two[2][4096];
+    uint64_t ids[2] = {a, b};
+    void *bufs[2] = {two[0], two[1]};
+    cr_assert_eq(store_chunks_read(st, ids, 2, bufs, 4096), 0);
+    cr_assert(!memcmp(two[0], want, 4096));
+    fill(want, sizeof(want), 12);
+    cr_assert(!memcmp(two[1], want, 4096));
+    store_close(st);
+}
+
+Test(loccache, reads_after_compaction_moves_and_removes_segments)
+{
+    struct store *st = open_store(64 << 10);
+    enum { N = 200 };
+    uint64_t ids[N];
+    for (unsigned i = 0; i < N; i++)
+        ids[i] = map_one(st, i, 100 + i);
+    for (unsigned i = 0; i < N; i++) /* every location cached */
+        expect_bytes(st, ids[i], 100 + i, 4096);
+    for (unsigned i = 0; i < N; i++) /* 3 of 4 overwritten: old segments mostly dead */
+        if (i % 4)
+            ids[i] = map_one(st, i, 1000 + i);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, true, NULL, NULL, &res), 0);
+    cr_assert_gt(res.segments_compacted, 0);
+    uint8_t buf[4096], want[4096];
+    for (unsigned i = 0; i < N; i++) {
+        uint64_t seed = i % 4 ? 1000 + i : 100 + i;
+        cr_assert_eq(mapped(st, i), ids[i]);
+        fill(want, sizeof(want), seed);
+        ssize_t n = store_chunk_read_cached(st, ids[i], buf, sizeof(buf));
+        cr_assert(n == -EAGAIN || (n == 4096 && !memcmp(buf, want, 4096)), "block %u", i);
+        expect_bytes(st, ids[i], seed, 4096);
+    }
+    store_close(st);
+}
+
+Test(loccache, cached_reads_answer_from_memory_or_decline)
+{
+    struct store *st = open_store(0);
+    uint64_t a = map_one(st, 3, 21), id = 0;
+    cr_assert_eq(store_map_get_cached(st, 1, 3, &id), 0);
+    cr_assert_eq(id, a);
+    cr_assert_eq(store_map_get_cached(st, 1, 4, &id), -ENOENT);
+    uint8_t buf[4096], want[4096];
+    fill(want, sizeof(want), 21);
+    /* Just written: in the page cache. */
+    cr_assert_eq(store_chunk_read_cached(st, a, buf, sizeof(buf)), 4096);
+    cr_assert(!memcmp(buf, want, sizeof(want)));
+    cr_assert_eq(store_chunk_read_cached(st, a, buf, 100), -EAGAIN, "too small a buffer");
+    cr_assert_eq(store_chunk_read_cached(st, a + 1000, buf, sizeof(buf)), -EAGAIN);
+    store_close(st);
+
+    /* An io layer without non-blocking reads (the test double): always declined, and the
+     * blocking read still works. */
+    io_fake_install();
+    st = NULL;
+    struct store_options o = {.block_cache_bytes = 8 << 20};
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/fake", dir);
+    cr_assert_eq(store_open(sub, &o, &st), 0);
+    uint64_t b = map_one(st, 0, 22);
+    cr_assert_eq(store_chunk_read_cached(st, b, buf, sizeof(buf)), -EAGAIN);
+    expect_bytes(st, b, 22, 4096);
+    store_close(st);
+    io_fake_uninstall();
+}
