@@ -116,7 +116,7 @@ run(const char *dir, uint32_t chunk, uint64_t total, unsigned per_txn, uint64_t 
     }
     double t_get = now_sec() - t0;
 
-    meta_flush_memtables(store_meta(st));
+    meta_flush_memtables(store_meta(st), true);
     struct store_stats s;
     store_stats(st, &s);
     double mib = (double) (n * chunk) / (1 << 20);

@@ -18,6 +18,7 @@ struct meta {
     rocksdb_readoptions_t *ropts_cached; /* read tier: memtables and block cache only */
     rocksdb_writeoptions_t *wopts;
     rocksdb_flushoptions_t *fopts;
+    rocksdb_flushoptions_t *fopts_nowait;
     bool read_only;
     int (*wal_hook)(void *arg, bool before); /* see meta_set_wal_hook() */
     void *wal_hook_arg;

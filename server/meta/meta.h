@@ -83,10 +83,13 @@ int meta_flush_wal(struct meta *m, bool sync);
  * call fails the sync, and the `after` call is then not made. Set once, before other
  * threads use m; NULL removes it. */
 void meta_set_wal_hook(struct meta *m, int (*fn)(void *arg, bool before), void *arg);
-/* Flushes every memtable to SST files and waits. Used by the store right after a segment
- * fdatasync so that RocksDB's own flush (which persists batches regardless of the WAL)
- * never writes references to segment bytes that are not yet durable. 0 or -EIO. */
-int meta_flush_memtables(struct meta *m);
+/* Flushes every memtable to SST files; with !wait it returns once each column family's
+ * memtable has been switched for an empty one (RocksDB does that in the call) and the
+ * flush is scheduled. Either way the flush covers exactly the batches committed before
+ * the call, so the store calls it right after a segment fdatasync: RocksDB's own flush
+ * (which persists batches regardless of the WAL) then never writes references to segment
+ * bytes that are not yet durable. 0 or -EIO. */
+int meta_flush_memtables(struct meta *m, bool wait);
 /* Largest active memtable among the column families, and the size at which RocksDB flushes
  * one on its own. */
 uint64_t meta_memtable_bytes(struct meta *m);

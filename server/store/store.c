@@ -412,9 +412,14 @@ store__wal_pace(struct store *st, size_t batch_bytes)
     if (st->mem_unpolled >= MEM_POLL_BYTES) {
         st->mem_unpolled = 0;
         if (meta_memtable_bytes(st->meta) + MEM_HEADROOM_BYTES >= meta_memtable_limit()) {
+            /* Not waiting for the flush: it covers only what is committed now, all of it
+             * synced above. Waiting held every writer for the whole flush of all column
+             * families (seconds on a 2-core machine, the sort of `hash`'s memtable
+             * included). A flush still running when the next one is due makes this call
+             * wait (RocksDB's memtable limit): the back-pressure we want. */
             rc = store__sync_locked(st);
             if (rc == 0)
-                rc = meta_flush_memtables(st->meta);
+                rc = meta_flush_memtables(st->meta, false);
             return rc;
         }
     }

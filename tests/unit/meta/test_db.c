@@ -126,6 +126,36 @@ Test(db, clean_close_leaves_no_log_to_replay)
     meta_close(m);
 }
 
+/* The store's pacing flush does not wait, but it must have switched every memtable by the
+ * time it returns: what is flushed is then exactly what was committed before the call. */
+Test(db, a_flush_that_does_not_wait_has_switched_the_memtables_on_return)
+{
+    struct meta *m = open_ok(true);
+    uint64_t empty = meta_memtable_bytes(m); /* an empty memtable: arena and filter */
+    char key[16], val[200];
+    memset(val, 'v', sizeof(val));
+    for (int i = 0; i < 2000; i++) {
+        struct meta_batch *b = meta_batch_new();
+        snprintf(key, sizeof(key), "key%06d", i);
+        meta_batch_put(b, META_CF_MAP, key, strlen(key), val, sizeof(val));
+        meta_batch_put(b, META_CF_HASH, key, strlen(key), val, 8);
+        cr_assert_eq(meta_batch_commit(m, b, false), 0);
+        meta_batch_free(b);
+    }
+    cr_assert_gt(meta_memtable_bytes(m), empty + 2000 * 200);
+    cr_assert_eq(meta_sync(m), 0);
+    cr_assert_eq(meta_flush_memtables(m, false), 0);
+    cr_assert_leq(meta_memtable_bytes(m), empty + 4096, "active memtables were switched");
+    struct meta_batch *b = meta_batch_new(); /* a batch after the call: the new memtable */
+    meta_batch_put(b, META_CF_MAP, "later", 5, "x", 1);
+    cr_assert_eq(meta_batch_commit(m, b, false), 0);
+    meta_batch_free(b);
+    char v[256];
+    cr_assert_eq(meta_get(m, META_CF_MAP, "key001999", 9, v, sizeof(v)), (ssize_t) sizeof(val));
+    cr_assert_eq(meta_get(m, META_CF_MAP, "later", 5, v, sizeof(v)), 1);
+    meta_close(m);
+}
+
 Test(db, iterator_is_ordered_and_a_snapshot)
 {
     struct meta *m = open_ok(true);
