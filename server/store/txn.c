@@ -845,12 +845,13 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         if (after == 0) {
             ccache_drop(tx, e->id);
             store__loc_chunk_drop(st, e->id);
-        } else if (e->is_new && e->rec.codec == STORE_CODEC_RAW) {
-            store__loc_chunk_put(st, e->id,
-                                 &(struct store_loc){.seg = e->rec.seg,
-                                                     .off = e->rec.off,
-                                                     .len = e->rec.stored_len});
-        } else { /* new ones: loaded (and cached) once they are reused */
+        } else if (e->is_new) { /* in the ccache once reused; readers find it at once */
+            if (e->rec.codec == STORE_CODEC_RAW)
+                store__loc_chunk_put(st, e->id,
+                                     &(struct store_loc){.seg = e->rec.seg,
+                                                         .off = e->rec.off,
+                                                         .len = e->rec.stored_len});
+        } else {
             struct meta_chunk_rec r = e->rec;
             r.refs = (uint64_t) after;
             ccache_put(tx, e->id, &r);
@@ -951,13 +952,6 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         meta_val_id_encode(rv, mv[i].id);
         meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
         queue_piece(tx, NULL, reclen);
-        /* Readers may keep reading the old copy until the old segment goes (the record
-         * checks say which copy is whose); from now on they find the new one. */
-        if (r.codec == STORE_CODEC_RAW)
-            store__loc_chunk_put(
-                st, mv[i].id, &(struct store_loc){.seg = r.seg, .off = r.off, .len = r.stored_len});
-        else
-            store__loc_chunk_drop(st, mv[i].id);
         store__seg_set_size(st->active, st->active->size + reclen);
         seg_delta(tx, st->active)->d_live += (int64_t) reclen;
         fd = seg_delta(tx, from); /* the array may have grown */
@@ -988,8 +982,6 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         }
         rc = store__wal_pace(st, bytes);
     } else {
-        for (size_t i = 0; i < n; i++) /* their new places were never committed */
-            store__loc_chunk_drop(st, mv[i].id);
         /* Copies already written are dead; unwritten ones are un-reserved. */
         if (tx->wlen && st->active->size == tx->woff + tx->wlen)
             store__seg_set_size(st->active, tx->woff);
@@ -1002,6 +994,10 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         }
         *moved = 0;
     }
+    /* Cached locations name the old copies, valid until the old segment goes (after this
+     * commit). Dropped now, committed or not: the next read takes the chunk entry's. */
+    for (size_t i = 0; i < n; i++)
+        store__loc_chunk_drop(st, mv[i].id);
     txn_reset(tx);
     return rc;
 }

@@ -102,12 +102,15 @@ wal_bytes(void)
     return sum;
 }
 
-Test(db, clean_close_leaves_no_log_to_replay)
+#define VAL_LEN 200
+
+/* n batches, each putting "key%06d" -> VAL_LEN bytes in `map` and 8 bytes in `hash`. */
+static void
+put_keys(struct meta *m, int n)
 {
-    struct meta *m = open_ok(true);
-    char key[16], val[200];
+    char key[16], val[VAL_LEN];
     memset(val, 'v', sizeof(val));
-    for (int i = 0; i < 5000; i++) {
+    for (int i = 0; i < n; i++) {
         struct meta_batch *b = meta_batch_new();
         snprintf(key, sizeof(key), "key%06d", i);
         meta_batch_put(b, META_CF_MAP, key, strlen(key), val, sizeof(val));
@@ -115,13 +118,19 @@ Test(db, clean_close_leaves_no_log_to_replay)
         cr_assert_eq(meta_batch_commit(m, b, false), 0);
         meta_batch_free(b);
     }
+}
+
+Test(db, clean_close_leaves_no_log_to_replay)
+{
+    struct meta *m = open_ok(true);
+    put_keys(m, 5000);
     cr_assert_eq(meta_sync(m), 0);
-    cr_assert_gt(wal_bytes(), 5000 * 200, "the batches are in the log while open");
+    cr_assert_gt(wal_bytes(), 5000 * VAL_LEN, "the batches are in the log while open");
     meta_close(m);
     cr_assert_lt(wal_bytes(), 4096, "memtables flushed at close: nothing left to replay");
     m = open_ok(false);
     char v[256];
-    cr_assert_eq(meta_get(m, META_CF_MAP, "key004999", 9, v, sizeof(v)), (ssize_t) sizeof(val));
+    cr_assert_eq(meta_get(m, META_CF_MAP, "key004999", 9, v, sizeof(v)), (ssize_t) VAL_LEN);
     cr_assert_eq(meta_get(m, META_CF_HASH, "key000000", 9, v, sizeof(v)), 8);
     meta_close(m);
 }
@@ -132,17 +141,8 @@ Test(db, a_flush_that_does_not_wait_has_switched_the_memtables_on_return)
 {
     struct meta *m = open_ok(true);
     uint64_t empty = meta_memtable_bytes(m); /* an empty memtable: arena and filter */
-    char key[16], val[200];
-    memset(val, 'v', sizeof(val));
-    for (int i = 0; i < 2000; i++) {
-        struct meta_batch *b = meta_batch_new();
-        snprintf(key, sizeof(key), "key%06d", i);
-        meta_batch_put(b, META_CF_MAP, key, strlen(key), val, sizeof(val));
-        meta_batch_put(b, META_CF_HASH, key, strlen(key), val, 8);
-        cr_assert_eq(meta_batch_commit(m, b, false), 0);
-        meta_batch_free(b);
-    }
-    cr_assert_gt(meta_memtable_bytes(m), empty + 2000 * 200);
+    put_keys(m, 2000);
+    cr_assert_gt(meta_memtable_bytes(m), empty + 2000 * VAL_LEN);
     cr_assert_eq(meta_sync(m), 0);
     cr_assert_eq(meta_flush_memtables(m, false), 0);
     cr_assert_leq(meta_memtable_bytes(m), empty + 4096, "active memtables were switched");
@@ -151,7 +151,7 @@ Test(db, a_flush_that_does_not_wait_has_switched_the_memtables_on_return)
     cr_assert_eq(meta_batch_commit(m, b, false), 0);
     meta_batch_free(b);
     char v[256];
-    cr_assert_eq(meta_get(m, META_CF_MAP, "key001999", 9, v, sizeof(v)), (ssize_t) sizeof(val));
+    cr_assert_eq(meta_get(m, META_CF_MAP, "key001999", 9, v, sizeof(v)), (ssize_t) VAL_LEN);
     cr_assert_eq(meta_get(m, META_CF_MAP, "later", 5, v, sizeof(v)), 1);
     meta_close(m);
 }
