@@ -28,6 +28,7 @@ engine_open(const struct engine_options *opt, struct engine **out)
     pthread_rwlock_init(&e->settings_lock, &ra);
     pthread_rwlockattr_destroy(&ra);
     e->hash_fn = hash_compute;
+    engine__commitq_init(&e->commitq, engine__commit_writes, NULL);
 
     struct store_options so = {
         .seg_bytes = opt->seg_bytes,
@@ -69,6 +70,7 @@ engine_close(struct engine *e)
     engine__settings_fini(e);
     store_close(e->st);
     engine__hashpool_stop(e->hp);
+    engine__commitq_destroy(&e->commitq);
     pthread_rwlock_destroy(&e->settings_lock);
     pthread_mutex_destroy(&e->cat_mu);
     pthread_mutex_destroy(&e->set_mu);

@@ -4,6 +4,8 @@
  *   1. an export's chunklock range (engine__chunklock_acquire)
  *   2. e->settings_lock, read side (a write request) / write side (engine_dedup_set)
  *   3. the store's commit lock (store_txn_begin .. commit)
+ *   e->commitq.mu is a leaf: a group's leader releases it before it takes 3, and waiters
+ *   hold 1 and 2 while they wait (the leader never takes 1 or 2 for them).
  *   e->cat_mu (the catalogue) is a leaf: never held while taking any of the above, except
  *   that catalogue changes which write block maps take 1-3 without it and re-take it after.
  * e->set_mu serializes engine_dedup_set callers and is taken before settings_lock. */
@@ -45,6 +47,38 @@ void engine__chunklock_acquire(struct engine_chunklock *cl, struct engine_chunkr
 bool engine__chunklock_try(struct engine_chunklock *cl, struct engine_chunkrange *r, uint64_t first,
                            uint64_t last, bool excl);
 void engine__chunklock_release(struct engine_chunklock *cl, struct engine_chunkrange *r);
+
+/* ---- group commit (commitq.c) ---- */
+
+/* One request waiting to commit; lives in the caller's request state. */
+struct engine_commitq_item {
+    struct engine_commitq_item *next;
+    uint32_t weight; /* the request's share of a group's budget (its chunks) */
+    int rc;          /* set by whoever ran the request's transaction */
+    bool done;
+};
+
+/* Runs items[0..n) — one or several requests, in arrival order — and sets each one's rc. */
+typedef void (*engine_commit_fn)(void *arg, struct engine_commitq_item **items, size_t n);
+
+struct engine_commitq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct engine_commitq_item *head, *tail; /* queued, not yet taken by a leader */
+    bool leading;                            /* a leader is running a group */
+    engine_commit_fn fn;
+    void *arg;
+};
+
+#define ENGINE_GROUP_MAX_ITEMS  16   /* a store transaction touches at most 16 exports */
+#define ENGINE_GROUP_MAX_WEIGHT 1024 /* chunks: one group's share of the commit lock */
+
+void engine__commitq_init(struct engine_commitq *q, engine_commit_fn fn, void *arg);
+void engine__commitq_destroy(struct engine_commitq *q);
+/* Queues it and returns its rc once its transaction ran: either this thread becomes the
+ * leader and runs a group of queued items (its own among them, in one or more rounds), or
+ * another leader runs it. */
+int engine__commitq_run(struct engine_commitq *q, struct engine_commitq_item *it);
 
 /* ---- counters ---- */
 
@@ -123,6 +157,8 @@ struct engine {
     uint64_t stage_ring[ENGINE_STAGE_RING];
     uint64_t stage_seq;
     _Atomic uint64_t stage_done;
+
+    struct engine_commitq commitq; /* write requests ready for their transaction (write.c) */
 };
 
 /* hashpool.c: fn(arg, i) for every i in [0, n) on this thread and the pool's helpers;
@@ -148,6 +184,8 @@ void engine__catalog_fini(struct engine *e);
 #define ENGINE_MAX_REQ_CHUNKS ((DEDUPD_NBD_MAX_PAYLOAD / DEDUPD_CHUNK_MIN) + 1)
 int engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
                          const uint8_t *buf, bool count_zero);
+/* write.c: the commit queue's engine_commit_fn for write requests (arg unused). */
+void engine__commit_writes(void *arg, struct engine_commitq_item **items, size_t n);
 /* Whether [off, off+len) lies inside the export. */
 static inline bool
 engine__range_ok(const struct engine_xstate *xs, uint64_t off, uint64_t len)

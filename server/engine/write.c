@@ -20,6 +20,7 @@
  * Knows nothing of NBD; the caller holds the chunks' range lock. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,17 @@ struct wpolicy {
     bool trusted; /* index entries always name live chunks (persistent back-end) */
 };
 
+/* The chunks a group's requests staged as new so far in its transaction, by hash: a
+ * later request of the group shares them (the index sees them only after the commit).
+ * Open addressing, at least twice as many slots as the group has chunks. */
+struct wgroup {
+    struct wslot {
+        struct wreq *w; /* NULL: empty */
+        uint32_t i;     /* chunk of w */
+    } * slots;
+    uint32_t mask;
+};
+
 /* Look-ups made before the transaction (outside the commit lock). */
 enum { PRE_NONE, PRE_MISS, PRE_HIT };
 
@@ -68,10 +80,15 @@ struct wreq {
     uint32_t dup_mask;
     uint8_t *verify_buf; /* cs bytes when p.verify */
     struct index_batch ib;
-    _Atomic int hash_err; /* from any hashing thread */
-    uint64_t seen;        /* e->stage_done before the early index look-ups */
+    _Atomic int hash_err;          /* from any hashing thread */
+    uint64_t seen;                 /* e->stage_done before the early index look-ups */
+    struct engine_commitq_item qi; /* its place in the commit queue */
+    struct wgroup *grp;            /* the group it commits in, NULL when alone */
     /* counted after a successful commit */
-    uint64_t hits, misses, compares, mismatches, zero_bytes;
+    struct wcounts {
+        uint64_t hits, misses, compares, mismatches;
+    } cnt;
+    uint64_t zero_bytes;
 };
 
 static bool
@@ -192,10 +209,10 @@ preverify(struct wreq *w, struct wchunk *c)
     ssize_t n = store_chunk_read(w->e->st, c->pre_id, w->verify_buf, w->cs);
     if (n < 0)
         return;
-    w->compares++;
+    w->cnt.compares++;
     bool same = (uint64_t) n == w->cs && !memcmp(w->verify_buf, c->data, w->cs);
     c->pre_same = same ? 1 : -1;
-    w->mismatches += !same;
+    w->cnt.mismatches += !same;
 }
 
 /* Step 3c, still outside the commit lock: every chunk's current map entry (stable: the
@@ -255,6 +272,60 @@ recheck_misses(struct wreq *w, uint64_t seq)
     }
 }
 
+static int
+group_init(struct wgroup *g, uint64_t chunks)
+{
+    uint64_t size = 2;
+    while (size < 2 * chunks)
+        size <<= 1;
+    g->slots = calloc(size, sizeof(*g->slots));
+    g->mask = (uint32_t) (size - 1);
+    return g->slots ? 0 : -ENOMEM;
+}
+
+/* A chunk an earlier request of w's group staged with c's hash (same algorithm and chunk
+ * size), or NULL. */
+static const struct wchunk *
+group_find(const struct wreq *w, const struct wchunk *c)
+{
+    const struct wgroup *g = w->grp;
+    for (uint32_t s = (uint32_t) hash_head(c->hash) & g->mask; g->slots[s].w;
+         s = (s + 1) & g->mask) {
+        const struct wreq *o = g->slots[s].w;
+        const struct wchunk *oc = &o->c[g->slots[s].i];
+        if (o->p.alg == w->p.alg && o->cs == w->cs && !memcmp(oc->hash, c->hash, w->p.hlen))
+            return oc;
+    }
+    return NULL;
+}
+
+static void
+group_add(struct wreq *w, const struct wchunk *c)
+{
+    struct wgroup *g = w->grp;
+    uint32_t s = (uint32_t) hash_head(c->hash) & g->mask;
+    while (g->slots[s].w)
+        s = (s + 1) & g->mask;
+    g->slots[s].w = w;
+    g->slots[s].i = (uint32_t) (c - w->c);
+}
+
+/* c has the bytes (verify: compared) of d, an earlier chunk in this transaction: share it. */
+static bool
+share_earlier(struct wreq *w, struct wchunk *c, const struct wchunk *d)
+{
+    if (w->p.verify) {
+        w->cnt.compares++;
+        if (memcmp(d->data, c->data, w->cs)) {
+            w->cnt.mismatches++;
+            return false;
+        }
+    }
+    c->chunk_id = d->chunk_id;
+    w->cnt.hits++;
+    return true;
+}
+
 /* The index look-up for c in the transaction, using the early one where it still holds. */
 static int
 lookup_in_txn(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint64_t *cand)
@@ -302,7 +373,7 @@ confirm_hit(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint64
         *share = c->pre_same > 0;
         return 0;
     }
-    w->compares++;
+    w->cnt.compares++;
     ssize_t n = store_chunk_read(w->e->st, cand, w->verify_buf, w->cs);
     if (n < 0) {
         /* Never share with a chunk we cannot read back; store this one apart. */
@@ -313,7 +384,7 @@ confirm_hit(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint64
     if ((uint64_t) n == w->cs && !memcmp(w->verify_buf, c->data, w->cs))
         *share = true;
     else
-        w->mismatches++;
+        w->cnt.mismatches++;
     return 0;
 }
 
@@ -327,19 +398,16 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
 
     bool claimed = false; /* an index entry (or an earlier chunk here) owns this hash */
     if (c->dup_of >= 0) {
-        const struct wchunk *d = &w->c[c->dup_of];
         claimed = true;
-        bool same = true;
-        if (p->verify) {
-            w->compares++;
-            same = !memcmp(d->data, c->data, w->cs);
-            w->mismatches += !same;
-        }
-        if (same) {
-            c->chunk_id = d->chunk_id;
-            w->hits++;
+        if (share_earlier(w, c, &w->c[c->dup_of]))
             return 0;
-        }
+    }
+    /* Staged by an earlier request of the group: the re-check above flagged the hash. */
+    const struct wchunk *d = !claimed && c->pre == PRE_NONE && w->grp ? group_find(w, c) : NULL;
+    if (d) {
+        claimed = true;
+        if (share_earlier(w, c, d))
+            return 0;
     }
     uint64_t cand;
     int rc = lookup_in_txn(w, tx, c, &cand);
@@ -348,7 +416,7 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
         rc = confirm_hit(w, tx, c, cand, &share);
         if (rc == 0 && share) {
             c->chunk_id = cand;
-            w->hits++;
+            w->cnt.hits++;
             return 0;
         }
         if (rc == 0)
@@ -356,7 +424,7 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
     }
     if (rc < 0 && rc != -ENOENT)
         return rc;
-    w->misses++;
+    w->cnt.misses++;
     /* c->data lives until the request ends, so the store may write it from there. */
     rc = store_txn_add_chunk_ref(tx, (uint8_t) p->alg, c->hash, p->hlen, c->data, w->cs, c->crc,
                                  &c->chunk_id);
@@ -364,22 +432,20 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
         rc = index_stage(p->ix, &w->ib, (uint8_t) p->alg, c->hash, p->hlen, c->chunk_id);
         struct engine *e = w->e;
         e->stage_ring[e->stage_seq++ & (ENGINE_STAGE_RING - 1)] = hash_head(c->hash);
+        if (w->grp)
+            group_add(w, c);
     }
     return rc;
 }
 
+/* Step 4 for one request, inside the (group's) transaction. */
 static int
-run_txn(struct wreq *w)
+resolve_request(struct wreq *w, struct store_txn *tx)
 {
-    struct store_txn *tx;
-    int rc = store_txn_begin(w->e->st, &tx);
-    if (rc < 0)
-        return rc;
     index_batch_reset(&w->ib, store_txn_batch(tx));
-    /* Every transaction that staged before this one has committed or failed. */
-    uint64_t seq = w->e->stage_seq;
-    atomic_store_explicit(&w->e->stage_done, seq, memory_order_release);
-    recheck_misses(w, seq);
+    /* Earlier requests of a group staged too: their hashes are re-checked like any other. */
+    recheck_misses(w, w->e->stage_seq);
+    int rc = 0;
     for (uint32_t i = 0; i < w->n && rc == 0; i++) {
         struct wchunk *c = &w->c[i];
         if (!c->zero)
@@ -388,21 +454,79 @@ run_txn(struct wreq *w)
             rc = store_txn_map_set_known(tx, w->xs->id, c->idx, c->old_id,
                                          c->zero ? 0 : c->chunk_id);
     }
+    return rc;
+}
+
+/* Steps 4 and 5 for the n requests of g (one, or a group whose w->grp is set) in ONE store
+ * transaction. Logs failures of a lone request only: a failed group is retried alone. */
+static int
+run_txn(struct wreq **g, size_t n)
+{
+    struct engine *e = g[0]->e;
+    struct store_txn *tx;
+    int rc = store_txn_begin(e->st, &tx);
+    if (rc < 0)
+        return rc;
+    /* Every transaction that staged before this one has committed or failed. */
+    atomic_store_explicit(&e->stage_done, e->stage_seq, memory_order_release);
+    size_t i = 0;
+    for (; i < n && rc == 0; i++)
+        rc = resolve_request(g[i], tx);
     if (rc < 0) {
         store_txn_abort(tx);
-        log_err("engine: export %s chunks %" PRIu64 "+%u: write failed: %s", w->xs->rec.name,
-                w->c[0].idx, w->n, strerror(-rc));
+        if (n == 1)
+            log_err("engine: export %s chunks %" PRIu64 "+%u: write failed: %s", g[0]->xs->rec.name,
+                    g[0]->c[0].idx, g[0]->n, strerror(-rc));
         return rc;
     }
-    struct engine_freed_ctx fc = {.ix = w->p.ix, .ib = &w->ib};
+    struct engine_freed_ctx fc = {.ix = g[0]->p.ix, .ib = &g[0]->ib};
     rc = store_txn_commit(tx, engine__on_freed, &fc);
     if (rc < 0) {
-        log_err("engine: export %s chunks %" PRIu64 "+%u: commit failed: %s", w->xs->rec.name,
-                w->c[0].idx, w->n, strerror(-rc));
+        if (n == 1)
+            log_err("engine: export %s chunks %" PRIu64 "+%u: commit failed: %s",
+                    g[0]->xs->rec.name, g[0]->c[0].idx, g[0]->n, strerror(-rc));
         return rc;
     }
-    index_publish(w->p.ix, &w->ib); /* invariant 2: only now that the chunks are committed */
+    for (i = 0; i < n; i++) /* invariant 2: only now that the chunks are committed */
+        index_publish(g[i]->p.ix, &g[i]->ib);
     return 0;
+}
+
+void
+engine__commit_writes(void *arg, struct engine_commitq_item **items, size_t n)
+{
+    (void) arg;
+    struct wreq *g[ENGINE_GROUP_MAX_ITEMS];
+    uint64_t chunks = 0;
+    for (size_t i = 0; i < n; i++) {
+        g[i] = (struct wreq *) ((char *) items[i] - offsetof(struct wreq, qi));
+        g[i]->grp = NULL;
+        chunks += g[i]->n;
+    }
+    struct wgroup grp;
+    if (n > 1 && group_init(&grp, chunks) == 0) {
+        struct wcounts before[ENGINE_GROUP_MAX_ITEMS]; /* restored for a retry */
+        for (size_t i = 0; i < n; i++) {
+            g[i]->grp = &grp;
+            before[i] = g[i]->cnt;
+        }
+        int rc = run_txn(g, n);
+        free(grp.slots);
+        for (size_t i = 0; i < n; i++) {
+            g[i]->grp = NULL;
+            items[i]->rc = rc;
+        }
+        if (rc == 0)
+            return;
+        for (size_t i = 0; i < n; i++)
+            g[i]->cnt = before[i];
+        log_debug("engine: a group of %zu write requests failed (%s); retrying one at a time", n,
+                  strerror(-rc));
+        /* Nothing of the group committed: one at a time, so that an error fails only the
+         * request it belongs to. */
+    }
+    for (size_t i = 0; i < n; i++)
+        items[i]->rc = run_txn(&g[i], 1);
 }
 
 static void
@@ -507,15 +631,16 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
     if (rc < 0)
         goto out;
 
-    /* Steps 4 and 5. */
-    rc = run_txn(&w);
+    /* Steps 4 and 5, in a group with the requests ready at the same time. */
+    w.qi.weight = w.n;
+    rc = engine__commitq_run(&e->commitq, &w.qi);
     if (rc < 0)
         goto out;
     ENGINE_COUNT(e, xs, rmw_count, rmw);
-    ENGINE_COUNT(e, xs, dedup_hits, w.hits);
-    ENGINE_COUNT(e, xs, dedup_misses, w.misses);
-    ENGINE_COUNT(e, xs, verify_compares, w.compares);
-    ENGINE_COUNT(e, xs, verify_mismatches, w.mismatches);
+    ENGINE_COUNT(e, xs, dedup_hits, w.cnt.hits);
+    ENGINE_COUNT(e, xs, dedup_misses, w.cnt.misses);
+    ENGINE_COUNT(e, xs, verify_compares, w.cnt.compares);
+    ENGINE_COUNT(e, xs, verify_mismatches, w.cnt.mismatches);
     if (count_zero)
         ENGINE_COUNT(e, xs, zero_bytes, w.zero_bytes);
 out:

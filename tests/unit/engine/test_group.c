@@ -1,0 +1,294 @@
+/* Tests group commit: server/engine/commitq.c (who leads, what a group holds, each
+ * request's own result) and, through the engine, that requests committed in one group
+ * share the new chunks an earlier request of the group stored. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/internal.h"
+#include "fixture.h"
+#include "store/io.h"
+#include "store/store.h"
+#include "util/hash.h"
+
+#define CS 4096
+
+/* Polls cond (reading q under its mutex) for up to 10 s. */
+static bool
+wait_for(struct engine_commitq *q, bool (*cond)(struct engine_commitq *q, size_t arg), size_t arg)
+{
+    for (int i = 0; i < 10000; i++) {
+        pthread_mutex_lock(&q->mu);
+        bool ok = cond(q, arg);
+        pthread_mutex_unlock(&q->mu);
+        if (ok)
+            return true;
+        usleep(1000);
+    }
+    return false;
+}
+
+static bool
+queued_is(struct engine_commitq *q, size_t n)
+{
+    size_t k = 0;
+    for (struct engine_commitq_item *it = q->head; it; it = it->next)
+        k++;
+    return q->leading && k == n;
+}
+
+/* ---- the queue on its own ---- */
+
+struct job {
+    struct engine_commitq_item it;
+    int id;
+    struct engine_commitq *q;
+    int rc;
+};
+
+struct recorder {
+    pthread_mutex_t mu;
+    atomic_int gate; /* the first group waits until it is set */
+    int groups;
+    int sizes[64];
+    int ids[64][ENGINE_GROUP_MAX_ITEMS];
+};
+
+static void
+record_group(void *arg, struct engine_commitq_item **items, size_t n)
+{
+    struct recorder *r = arg;
+    pthread_mutex_lock(&r->mu);
+    int g = r->groups++;
+    r->sizes[g] = (int) n;
+    for (size_t i = 0; i < n; i++) {
+        struct job *j = (struct job *) items[i];
+        r->ids[g][i] = j->id;
+        items[i]->rc = -j->id; /* each item's own result */
+    }
+    pthread_mutex_unlock(&r->mu);
+    while (g == 0 && !atomic_load(&r->gate))
+        usleep(1000);
+}
+
+static void *
+job_main(void *arg)
+{
+    struct job *j = arg;
+    j->rc = engine__commitq_run(j->q, &j->it);
+    return NULL;
+}
+
+/* Starts job k and waits until it is queued behind the running first group. */
+static void
+start_queued(struct job *jobs, pthread_t *t, int k, uint32_t weight, size_t queued_after)
+{
+    jobs[k].it.weight = weight;
+    cr_assert_eq(pthread_create(&t[k], NULL, job_main, &jobs[k]), 0);
+    cr_assert(wait_for(jobs[k].q, queued_is, queued_after), "job %d never queued", k);
+}
+
+Test(commitq, a_lone_request_runs_at_once_alone)
+{
+    struct recorder r = {.mu = PTHREAD_MUTEX_INITIALIZER, .gate = 1};
+    struct engine_commitq q;
+    engine__commitq_init(&q, record_group, &r);
+    struct job j = {.id = 7, .q = &q, .it.weight = 1};
+    cr_assert_eq(engine__commitq_run(&q, &j.it), -7);
+    cr_assert_eq(r.groups, 1);
+    cr_assert_eq(r.sizes[0], 1);
+    cr_assert(!q.leading && !q.head && !q.tail);
+    engine__commitq_destroy(&q);
+}
+
+Test(commitq, requests_queued_meanwhile_commit_together_in_arrival_order, .timeout = 30)
+{
+    struct recorder r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct engine_commitq q;
+    engine__commitq_init(&q, record_group, &r);
+    enum { N = 20 }; /* more than one group may hold */
+    struct job jobs[N];
+    pthread_t t[N];
+    for (int k = 0; k < N; k++)
+        jobs[k] = (struct job){.id = k + 1, .q = &q};
+    start_queued(jobs, t, 0, 1, 0); /* leads, and holds its group open */
+    for (int k = 1; k < N; k++)
+        start_queued(jobs, t, k, 1, (size_t) k);
+    atomic_store(&r.gate, 1);
+    for (int k = 0; k < N; k++) {
+        pthread_join(t[k], NULL);
+        cr_assert_eq(jobs[k].rc, -(k + 1), "job %d got another's result", k);
+    }
+    /* {1}, then the 19 that queued meanwhile: 16 (the most one group takes), then 3. */
+    cr_assert_eq(r.groups, 3);
+    cr_assert_eq(r.sizes[0], 1);
+    cr_assert_eq(r.sizes[1], ENGINE_GROUP_MAX_ITEMS);
+    cr_assert_eq(r.sizes[2], N - 1 - ENGINE_GROUP_MAX_ITEMS);
+    int next = 1;
+    for (int g = 0; g < r.groups; g++)
+        for (int i = 0; i < r.sizes[g]; i++)
+            cr_assert_eq(r.ids[g][i], next++, "arrival order kept");
+    engine__commitq_destroy(&q);
+}
+
+Test(commitq, a_group_stops_at_its_chunk_budget, .timeout = 30)
+{
+    struct recorder r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct engine_commitq q;
+    engine__commitq_init(&q, record_group, &r);
+    struct job jobs[4];
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++)
+        jobs[k] = (struct job){.id = k + 1, .q = &q};
+    start_queued(jobs, t, 0, 1, 0);
+    /* 600 + 400 fit one budget; the next 600 does not; a request over the budget alone
+     * still runs (by itself). */
+    start_queued(jobs, t, 1, 600, 1);
+    start_queued(jobs, t, 2, 400, 2);
+    start_queued(jobs, t, 3, 2 * ENGINE_GROUP_MAX_WEIGHT, 3);
+    atomic_store(&r.gate, 1);
+    for (int k = 0; k < 4; k++) {
+        pthread_join(t[k], NULL);
+        cr_assert_eq(jobs[k].rc, -(k + 1));
+    }
+    cr_assert_eq(r.groups, 3);
+    cr_assert_eq(r.sizes[1], 2);
+    cr_assert_eq(r.sizes[2], 1);
+    engine__commitq_destroy(&q);
+}
+
+/* ---- through the engine ---- */
+
+struct writer {
+    struct engine_export *ex;
+    uint64_t off;
+    uint32_t seed; /* 0: zeros */
+    int rc;
+};
+
+static void *
+writer_main(void *arg)
+{
+    struct writer *w = arg;
+    uint8_t buf[CS];
+    if (w->seed)
+        fx_fill(buf, CS, w->seed);
+    else
+        memset(buf, 0, CS);
+    w->rc = engine_write(w->ex, w->off, CS, buf, 0);
+    return NULL;
+}
+
+/* Every chunk hashes alike: only verify tells them apart. */
+static int
+colliding_hash(enum dedupd_hash_alg alg, const void *buf, size_t len,
+               uint8_t out[DEDUPD_HASH_MAX_LEN])
+{
+    (void) buf;
+    (void) len;
+    size_t n = hash_len(alg);
+    memset(out, 0x5a, n);
+    return (int) n;
+}
+
+/* Holds the commit lock while a first write (of zeros: it stores nothing) leads and waits
+ * for it, queues one write per seed behind it in order, then lets them go: the queued
+ * writes commit as one group. Returns the engine's stats afterwards. */
+static struct engine_stats
+group_of(struct fx *f, const uint32_t *seeds, int n)
+{
+    struct engine_commitq *q = &((struct engine *) f->e)->commitq;
+    struct store_txn *hold;
+    cr_assert_eq(store_txn_begin(engine_store(f->e), &hold), 0);
+    struct writer w[8];
+    pthread_t t[8];
+    cr_assert_leq(n + 1, 8);
+    w[0] = (struct writer){.ex = f->ex, .off = 0, .seed = 0};
+    cr_assert_eq(pthread_create(&t[0], NULL, writer_main, &w[0]), 0);
+    cr_assert(wait_for(q, queued_is, 0), "the first write never led");
+    for (int k = 1; k <= n; k++) {
+        w[k] = (struct writer){.ex = f->ex, .off = (uint64_t) k * CS, .seed = seeds[k - 1]};
+        cr_assert_eq(pthread_create(&t[k], NULL, writer_main, &w[k]), 0);
+        cr_assert(wait_for(q, queued_is, (size_t) k), "write %d never queued", k);
+    }
+    store_txn_abort(hold);
+    for (int k = 0; k <= n; k++) {
+        pthread_join(t[k], NULL);
+        cr_assert_eq(w[k].rc, 0);
+    }
+    uint8_t want[CS], got[CS];
+    for (int k = 1; k <= n; k++) {
+        fx_fill(want, CS, seeds[k - 1]);
+        cr_assert_eq(engine_read(f->ex, (uint64_t) k * CS, CS, got), 0);
+        cr_assert(!memcmp(want, got, CS), "write %d reads back wrong", k);
+    }
+    struct engine_stats s;
+    cr_assert_eq(engine_stats(f->e, NULL, &s), 0);
+    return s;
+}
+
+Test(group, a_request_shares_a_chunk_an_earlier_request_of_its_group_stored, .timeout = 60)
+{
+    struct fx f;
+    fx_open(&f);
+    static const uint32_t seeds[] = {11, 12, 11, 11};
+    struct engine_stats s = group_of(&f, seeds, 4);
+    cr_assert_eq(fx_chunks(&f), 2, "seed 11 stored once, though the index had not seen it");
+    cr_assert_eq(s.dedup_misses, 2);
+    cr_assert_eq(s.dedup_hits, 2);
+    fx_close(&f); /* refcounts = map entries, hash entries name live chunks */
+}
+
+Test(group, verify_keeps_colliding_chunks_of_one_group_apart, .timeout = 60)
+{
+    struct fx f;
+    fx_open(&f);
+    struct engine_dedup_config c;
+    engine_dedup_get(f.e, &c);
+    c.verify = true;
+    cr_assert_eq(engine_dedup_set(f.e, &c), 0);
+    engine_test_set_hash_fn(f.e, colliding_hash);
+    /* 21 is staged first; 22 collides with it (kept apart, not indexed); 21 again shares. */
+    static const uint32_t seeds[] = {21, 22, 21};
+    struct engine_stats s = group_of(&f, seeds, 3);
+    cr_assert_eq(fx_chunks(&f), 2);
+    cr_assert_eq(s.dedup_hits, 1);
+    cr_assert_eq(s.dedup_misses, 2);
+    cr_assert_eq(s.verify_mismatches, 1);
+    engine_test_set_hash_fn(f.e, NULL);
+    fx_close(&f);
+}
+
+/* The real file ops, but the next segment write after fail_next is set fails with EIO. */
+static atomic_bool fail_next;
+static struct store_io_ops failing_ops;
+
+static ssize_t
+pwritev_failing_once(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+    if (atomic_exchange(&fail_next, false))
+        return -EIO;
+    return store_io_real()->pwritev(fd, iov, iovcnt, off);
+}
+
+Test(group, a_failed_group_is_retried_one_request_at_a_time, .timeout = 60)
+{
+    failing_ops = *store_io_real();
+    failing_ops.pwritev = pwritev_failing_once;
+    store_io_set(&failing_ops);
+    struct fx f;
+    fx_open(&f);
+    /* The group's one segment write fails; alone, each request writes again and lands. */
+    atomic_store(&fail_next, true);
+    static const uint32_t seeds[] = {31, 32, 33};
+    struct engine_stats s = group_of(&f, seeds, 3);
+    cr_assert(!atomic_load(&fail_next), "the group's write was the one that failed");
+    cr_assert_eq(fx_chunks(&f), 3);
+    cr_assert_eq(s.dedup_misses, 3, "counted once, for the commit that held");
+    fx_close(&f);
+    store_io_set(NULL);
+}
