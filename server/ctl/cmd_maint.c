@@ -100,7 +100,6 @@ ctl__cmd_check(struct ctl_call *call)
     r->map_entries = res.map_entries;
     r->chunks = res.chunks;
     r->hash_entries = res.hash_entries;
-    r->rev_entries = res.rev_entries;
     r->problems = res.problems;
     r->repaired = res.repaired;
     r->findings = ctl__findings(call, &r->n_findings);

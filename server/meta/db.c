@@ -290,7 +290,7 @@ check_cf_list(struct meta *m, const char *dir)
 }
 
 static int
-read_format(struct meta *m, const char *dir)
+read_format(struct meta *m, const char *dir, uint32_t *out)
 {
     uint8_t v[8];
     ssize_t n = meta_get(m, META_CF_META, FORMAT_KEY, strlen(FORMAT_KEY), v, sizeof(v));
@@ -312,6 +312,45 @@ read_format(struct meta *m, const char *dir)
                 dir, ver, DEDUPD_FORMAT_VERSION);
         return -EPROTO;
     }
+    *out = ver;
+    return 0;
+}
+
+/* Format 1 -> 2: the `rev` family (segment, offset -> chunk id) is no longer kept — record
+ * headers name their chunk, so compaction and recovery walk segments instead. Its entries
+ * go in one range delete, together with the new version, in one synced write; the family
+ * itself stays, so that every format has the same list of families. A dedupd that reads
+ * only format 1 refuses the upgraded directory instead of trusting an empty `rev`. */
+static int
+upgrade_format(struct meta *m, const char *dir, uint32_t ver)
+{
+    uint8_t hi[13]; /* every `rev` key (12 bytes) sorts below it */
+    memset(hi, 0xff, sizeof(hi));
+    uint8_t v[4] = {0, 0, 0, DEDUPD_FORMAT_VERSION};
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    if (!wb || !wo) {
+        rocksdb_writebatch_destroy(wb);
+        rocksdb_writeoptions_destroy(wo);
+        return -ENOMEM;
+    }
+    rocksdb_writebatch_delete_range_cf(wb, meta__cf(m, META_CF_REV), "", 0, (const char *) hi,
+                                       sizeof(hi));
+    rocksdb_writebatch_put_cf(wb, meta__cf(m, META_CF_META), FORMAT_KEY, strlen(FORMAT_KEY),
+                              (const char *) v, sizeof(v));
+    rocksdb_writeoptions_set_sync(wo, 1);
+    char *err = NULL;
+    rocksdb_write(m->db, wo, wb, &err);
+    rocksdb_writebatch_destroy(wb);
+    rocksdb_writeoptions_destroy(wo);
+    if (err) {
+        log_err("meta: %s: upgrading format %" PRIu32 " to %d: %s", dir, ver, DEDUPD_FORMAT_VERSION,
+                err);
+        rocksdb_free(err);
+        return -EIO;
+    }
+    log_info("meta: %s: upgraded from format %" PRIu32 " to %d (the `rev` family is emptied)", dir,
+             ver, DEDUPD_FORMAT_VERSION);
     return 0;
 }
 
@@ -450,11 +489,14 @@ meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out)
     rc = open_db(m, db_dir, true, false);
     if (rc)
         goto fail;
-    rc = read_format(m, db_dir);
+    uint32_t ver = 0;
+    rc = read_format(m, db_dir, &ver);
     if (rc || opt->read_only)
         goto done;
     close_db(m);
     rc = open_db(m, db_dir, false, false);
+    if (rc == 0 && ver < DEDUPD_FORMAT_VERSION)
+        rc = upgrade_format(m, db_dir, ver);
 done:
     if (rc)
         goto fail;

@@ -9,7 +9,7 @@
 struct meta {
     rocksdb_t *db;
     rocksdb_options_t *db_opts;   /* DB-wide options, also used for the default CF */
-    rocksdb_options_t *cf_opts;   /* map, chunk, rev, export, meta */
+    rocksdb_options_t *cf_opts;   /* map, chunk, rev (unused), export, meta */
     rocksdb_options_t *hash_opts; /* hash: random keys, no compression */
     rocksdb_block_based_table_options_t *table_opts;
     rocksdb_cache_t *cache;

@@ -70,23 +70,6 @@ meta_key_chunk_decode(const void *key, size_t klen, uint64_t *chunk_id)
 }
 
 void
-meta_key_rev_encode(uint8_t out[META_REV_KEY_LEN], uint32_t seg, uint64_t off)
-{
-    put_be32(out, seg);
-    put_be64(out + 4, off);
-}
-
-int
-meta_key_rev_decode(const void *key, size_t klen, uint32_t *seg, uint64_t *off)
-{
-    if (klen != META_REV_KEY_LEN)
-        return -EBADMSG;
-    *seg = get_be32(key);
-    *off = get_be64((const uint8_t *) key + 4);
-    return 0;
-}
-
-void
 meta_key_export_encode(uint8_t out[META_EXPORT_KEY_LEN], uint32_t export_id)
 {
     put_be32(out, export_id);

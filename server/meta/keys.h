@@ -13,7 +13,6 @@
 
 #define META_MAP_KEY_LEN    12                        /* export id (4) + chunk idx (8) */
 #define META_CHUNK_KEY_LEN  8                         /* chunk id */
-#define META_REV_KEY_LEN    12                        /* segment (4) + offset (8) */
 #define META_EXPORT_KEY_LEN 4                         /* export id */
 #define META_HASH_KEY_MAX   (1 + DEDUPD_HASH_MAX_LEN) /* hash alg (1) + hash */
 #define META_ID_VAL_LEN     8                         /* values that are one chunk id */
@@ -22,8 +21,6 @@ void meta_key_map_encode(uint8_t out[META_MAP_KEY_LEN], uint32_t export_id, uint
 int meta_key_map_decode(const void *key, size_t klen, uint32_t *export_id, uint64_t *chunk_idx);
 void meta_key_chunk_encode(uint8_t out[META_CHUNK_KEY_LEN], uint64_t chunk_id);
 int meta_key_chunk_decode(const void *key, size_t klen, uint64_t *chunk_id);
-void meta_key_rev_encode(uint8_t out[META_REV_KEY_LEN], uint32_t seg, uint64_t off);
-int meta_key_rev_decode(const void *key, size_t klen, uint32_t *seg, uint64_t *off);
 void meta_key_export_encode(uint8_t out[META_EXPORT_KEY_LEN], uint32_t export_id);
 int meta_key_export_decode(const void *key, size_t klen, uint32_t *export_id);
 /* Returns the key length (1 + hash_len). */

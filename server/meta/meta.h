@@ -16,7 +16,7 @@ enum meta_cf {
     META_CF_MAP = 0, /* (export id, chunk idx) -> chunk id: the block maps */
     META_CF_CHUNK,   /* chunk id -> struct meta_chunk_rec: the extent tree with refcounts */
     META_CF_HASH,    /* (hash alg, hash) -> chunk id: the on-disk dedup back-end */
-    META_CF_REV,     /* (segment, offset) -> chunk id: what lives where */
+    META_CF_REV,     /* unused and empty since data format 2 (was: segment, offset -> chunk id) */
     META_CF_EXPORT,  /* export id -> struct meta_export_rec: the export catalogue */
     META_CF_META,    /* name -> value: format version, dedup settings, counters, segments */
     META_CF__COUNT,

@@ -2,16 +2,16 @@
  *
  * Passes, all over iterators opened together under the commit lock (one consistent
  * snapshot, matching the in-memory counters copied at the same moment):
- *   1. chunk: every entry decodes, lies inside an existing segment, has its rev entry;
+ *   1. chunk: every entry decodes and its record lies inside an existing segment;
  *      refcounts and counters are collected.
  *   2. map:   every entry names a live chunk (invariant 1); entries per chunk and per
  *      export are counted.
  *   3. refcounts compared with the counts of pass 2 (invariant 1).
- *   4. rev:   every entry names a chunk that lives exactly there.
- *   5. hash:  every entry names a live chunk with that hash (invariant 2).
- *   6. counters (global, per segment live bytes, per export) match what was recomputed.
+ *   4. hash:  every entry names a live chunk with that hash (invariant 2).
+ *   5. counters (global, per segment live bytes, per export) match what was recomputed.
+ * (Whether each record really holds its chunk is scrub's question: it reads the segments.)
  * Repair (under the commit lock for its whole run, so no transaction interleaves) fixes
- * refcounts (freeing chunks no map entry names), deletes dangling rev/hash entries and map
+ * refcounts (freeing chunks no map entry names), deletes dangling hash entries and map
  * entries naming missing chunks, and rewrites counters. It never deletes a chunk that a map
  * entry names, and never touches segment files.
  * XXX: pass 1 keeps ~32 bytes per chunk in memory; a store of a billion chunks needs a
@@ -30,7 +30,6 @@
 struct ck_chunk {
     uint64_t id; /* 0 = empty */
     uint64_t refs, counted;
-    uint32_t seg;
     uint32_t reclen;
     bool freed; /* by this repair */
 };
@@ -50,6 +49,7 @@ struct ck {
     struct seg_sum {
         uint32_t id;
         uint64_t live;
+        uint64_t size; /* bytes appended, at the snapshot */
     } * segsum;
     size_t nsegsum;
     struct ck_export {
@@ -169,7 +169,7 @@ iter_at(struct meta_iter *it, const void *key, size_t klen, const void **val, si
 }
 
 static int
-pass_chunks(struct ck *c, struct meta_iter *it, struct meta_iter *rev)
+pass_chunks(struct ck *c, struct meta_iter *it)
 {
     int rc = 0;
     for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
@@ -183,10 +183,8 @@ pass_chunks(struct ck *c, struct meta_iter *it, struct meta_iter *rev)
             finding(c, "malformed chunk entry (key %zu bytes, value %zu bytes)", kl, vl);
             continue;
         }
-        struct ck_chunk e = {.id = id,
-                             .refs = r.refs,
-                             .seg = r.seg,
-                             .reclen = (uint32_t) store_record_len(r.stored_len)};
+        struct ck_chunk e = {
+            .id = id, .refs = r.refs, .reclen = (uint32_t) store_record_len(r.stored_len)};
         rc = tab_add(c, &e);
         c->want.chunks++;
         c->want.raw_bytes += r.raw_len;
@@ -194,25 +192,15 @@ pass_chunks(struct ck *c, struct meta_iter *it, struct meta_iter *rev)
         if (id >= c->want.next_id)
             c->want.next_id = id + 1;
         struct seg_sum *ss = segsum(c, r.seg);
-        if (!ss)
+        if (!ss) {
             finding(c, "chunk %" PRIu64 ": segment %" PRIu32 " does not exist", id, r.seg);
-        else
+        } else {
             ss->live += e.reclen;
-        uint8_t rk[META_REV_KEY_LEN];
-        meta_key_rev_encode(rk, r.seg, r.off);
-        uint64_t rid = 0;
-        size_t rvl;
-        const void *rv;
-        if (!iter_at(rev, rk, sizeof(rk), &rv, &rvl) || meta_val_id_decode(rv, rvl, &rid) ||
-            rid != id) {
-            finding(c, "chunk %" PRIu64 ": no rev entry for seg %" PRIu32 " off %" PRIu64, id,
-                    r.seg, r.off);
-            if (c->repair) {
-                uint8_t val[META_ID_VAL_LEN];
-                meta_val_id_encode(val, id);
-                meta_batch_put(c->b, META_CF_REV, rk, sizeof(rk), val, sizeof(val));
-                c->res->repaired++;
-            }
+            if (r.off > ss->size || e.reclen > ss->size - r.off)
+                finding(c,
+                        "chunk %" PRIu64 ": record at seg %" PRIu32 " off %" PRIu64
+                        " ends past the segment's %" PRIu64 " bytes",
+                        id, r.seg, r.off, ss->size);
         }
         if (rc == 0)
             rc = tick(c);
@@ -268,9 +256,6 @@ free_in_repair(struct ck *c, uint64_t id, struct meta_iter *chunks)
     if (!iter_at(chunks, key, sizeof(key), &v, &vl) || meta_chunk_rec_decode(v, vl, &r))
         return;
     meta_batch_delete(c->b, META_CF_CHUNK, key, sizeof(key));
-    uint8_t rk[META_REV_KEY_LEN];
-    meta_key_rev_encode(rk, r.seg, r.off);
-    meta_batch_delete(c->b, META_CF_REV, rk, sizeof(rk));
     if (r.hash_alg) {
         uint8_t hk[META_HASH_KEY_MAX], val[8];
         size_t hl = meta_key_hash_encode(hk, r.hash_alg, r.hash, r.hash_len);
@@ -324,37 +309,6 @@ pass_refs(struct ck *c, struct meta_iter *chunks)
             c->want.shared++;
     }
     return 0;
-}
-
-static int
-pass_rev(struct ck *c, struct meta_iter *it)
-{
-    int rc = 0;
-    for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
-        size_t kl, vl;
-        const void *k = meta_iter_key(it, &kl);
-        const void *v = meta_iter_value(it, &vl);
-        uint32_t seg;
-        uint64_t off, id;
-        c->res->rev_entries++;
-        if (meta_key_rev_decode(k, kl, &seg, &off) || meta_val_id_decode(v, vl, &id)) {
-            finding(c, "malformed rev entry");
-            continue;
-        }
-        struct ck_chunk *ch = tab_find(c, id);
-        if (!ch || ch->seg != seg) {
-            finding(c,
-                    "rev seg %" PRIu32 " off %" PRIu64 ": names chunk %" PRIu64
-                    " which does not live there",
-                    seg, off, id);
-            if (c->repair) {
-                meta_batch_delete(c->b, META_CF_REV, k, kl);
-                c->res->repaired++;
-            }
-        }
-        rc = tick(c);
-    }
-    return rc ? rc : meta_iter_status(it);
 }
 
 static int
@@ -477,19 +431,18 @@ store_check(struct store *st, bool repair, store_progress_fn progress, store_fin
                    .res = &res};
     if (repair && st->opt.read_only)
         return -EROFS;
-    struct meta_iter *it[6] = {0};
+    struct meta_iter *it[5] = {0};
     struct store_seg *copies = NULL;
     int rc = -ENOMEM;
     c.b = meta_batch_new();
     pthread_mutex_lock(&st->commit_lock);
     /* One consistent view: iterators and in-memory counters taken under the same lock. */
     it[0] = meta_iter_new(st->meta, META_CF_CHUNK);
-    it[1] = meta_iter_new(st->meta, META_CF_REV);
-    it[2] = meta_iter_new(st->meta, META_CF_MAP);
-    it[3] = meta_iter_new(st->meta, META_CF_HASH);
-    it[4] = meta_iter_new(st->meta, META_CF_CHUNK);
-    it[5] = meta_iter_new(st->meta, META_CF_META);
-    c.meta_it = it[5];
+    it[1] = meta_iter_new(st->meta, META_CF_MAP);
+    it[2] = meta_iter_new(st->meta, META_CF_HASH);
+    it[3] = meta_iter_new(st->meta, META_CF_CHUNK);
+    it[4] = meta_iter_new(st->meta, META_CF_META);
+    c.meta_it = it[4];
     c.cnt = st->cnt;
     size_t nsegs = st->nsegs;
     copies = calloc(nsegs + 1, sizeof(*copies));
@@ -499,22 +452,21 @@ store_check(struct store *st, bool repair, store_progress_fn progress, store_fin
             copies[i].id = st->segs[i]->id; /* only the fields commit_lock guards */
             copies[i].live = st->segs[i]->live;
             c.segsum[i].id = st->segs[i]->id;
+            c.segsum[i].size = st->segs[i]->size;
         }
         c.nsegsum = nsegs;
     }
     if (!c.repair)
         pthread_mutex_unlock(&st->commit_lock);
-    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4] || !it[5])
+    if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4])
         goto out;
-    rc = pass_chunks(&c, it[0], it[1]);
+    rc = pass_chunks(&c, it[0]);
     if (rc == 0)
-        rc = pass_map(&c, it[2]);
+        rc = pass_map(&c, it[1]);
     if (rc == 0)
-        rc = pass_refs(&c, it[4]);
+        rc = pass_refs(&c, it[3]);
     if (rc == 0)
-        rc = pass_rev(&c, it[1]);
-    if (rc == 0)
-        rc = pass_hash(&c, it[3], it[4]);
+        rc = pass_hash(&c, it[2], it[3]);
     if (rc == 0)
         pass_counters(&c, c.repair ? st->segs : NULL, nsegs, copies);
     if (rc == 0 && c.repair && meta_batch_count(c.b)) {
@@ -524,14 +476,13 @@ store_check(struct store *st, bool repair, store_progress_fn progress, store_fin
         if (rc == 0)
             rc = meta_sync(st->meta);
     }
-    log_info("store: check: %" PRIu64 " chunks, %" PRIu64 " map, %" PRIu64 " rev, %" PRIu64
-             " hash entries: %" PRIu64 " problems, %" PRIu64 " repaired",
-             res.chunks, res.map_entries, res.rev_entries, res.hash_entries, res.problems,
-             res.repaired);
+    log_info("store: check: %" PRIu64 " chunks, %" PRIu64 " map, %" PRIu64 " hash entries: %" PRIu64
+             " problems, %" PRIu64 " repaired",
+             res.chunks, res.map_entries, res.hash_entries, res.problems, res.repaired);
 out:
     if (c.repair)
         pthread_mutex_unlock(&st->commit_lock);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 5; i++)
         meta_iter_free(it[i]);
     meta_batch_free(c.b);
     free(copies);

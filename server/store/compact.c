@@ -3,11 +3,12 @@
  * States of one segment's compaction, and transitions:
  *   chosen    a sealed segment whose live fraction is below compact_live_ratio (or, when
  *             forced, with any dead byte): pick_segments()
- *   copying   its live records are read without the commit lock (CRC-checked), then in
- *             groups of up to GROUP_BYTES re-appended to the active segment and their
- *             chunk/rev entries updated in one batch per group under the commit lock
- *             (store__move_records; chunks freed or moved meanwhile are skipped):
- *             copy_live()
+ *   copying   its records are walked without the commit lock (each header names its
+ *             chunk; the chunk entry says whether that record is the live copy); live
+ *             ones are CRC-checked, then in groups of up to GROUP_BYTES re-appended to
+ *             the active segment and their chunk entries updated in one batch per group
+ *             under the commit lock (store__move_records; chunks freed or moved meanwhile
+ *             are skipped): copy_live()
  *   syncing   when no live byte is left: segment fdatasync then WAL sync, so the new
  *             locations are durable before the old copy goes (finish_segment())
  *   removed   the file is unlinked, the directory synced, its `seg:` entry deleted; readers
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/crc32c.h"
 #include "util/log.h"
 
 #define GROUP_BYTES (4u << 20)
@@ -39,7 +41,8 @@ struct pass {
     void *arg;
     struct store_progress prog;
     struct store_compact_result res;
-    uint8_t *buf;
+    uint8_t *buf; /* records to move, GROUP_BYTES */
+    uint8_t *win; /* the segment walk's window, GROUP_BYTES */
     struct store_move *mv;
     size_t mv_cap;
 };
@@ -104,94 +107,117 @@ commit_group(struct pass *p, struct store_seg *sg, size_t n)
     return rc;
 }
 
+/* The chunk entry says record (off, h) of sg is the one it lives in. */
+static int
+lives_here(struct store *st, const struct store_seg *sg, uint64_t off,
+           const struct store_record_hdr *h, bool *live)
+{
+    struct meta_chunk_rec r;
+    int rc = store__chunk_load(st, h->chunk_id, &r);
+    *live = rc == 0 && r.seg == sg->id && r.off == off;
+    return rc == -ENOENT ? 0 : rc;
+}
+
+struct live_walk {
+    struct pass *p;
+    struct store_seg *sg;
+    size_t used, n; /* in p->buf and p->mv */
+    uint64_t *bad;
+    uint64_t found_id; /* find_live: the chunk that still lives here */
+};
+
+/* store_walk_fn: a live record joins the group to move (the group is committed when full). */
+static int
+take_live(void *arg, uint64_t off, const struct store_record_hdr *h, const uint8_t *rec)
+{
+    struct live_walk *w = arg;
+    struct pass *p = w->p;
+    bool live;
+    int rc = lives_here(p->st, w->sg, off, h, &live);
+    if (rc || !live)
+        return rc;
+    if (crc32c(0, rec + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc) {
+        log_err("store: compaction: seg %" PRIu32 " off %" PRIu64 " (chunk %" PRIu64
+                "): corrupt record; left in place",
+                w->sg->id, off, h->chunk_id);
+        (*w->bad)++;
+        return 0;
+    }
+    uint64_t len = store_record_len(h->stored_len);
+    if (GROUP_BYTES - w->used < len || w->n == p->mv_cap) {
+        rc = commit_group(p, w->sg, w->n);
+        if (rc)
+            return rc;
+        w->used = w->n = 0;
+    }
+    memcpy(p->buf + w->used, rec, len);
+    p->mv[w->n] =
+        (struct store_move){.off = off, .id = h->chunk_id, .len = len, .buf_off = w->used};
+    w->n++;
+    w->used += len;
+    return 0;
+}
+
+/* Moves every live record of sg: walks its records (each header names its chunk; the chunk
+ * entry says whether that record is the live copy) and re-appends the live ones in groups. */
 static int
 copy_live(struct pass *p, struct store_seg *sg, uint64_t *bad)
 {
-    struct meta_iter *it = meta_iter_new(p->st->meta, META_CF_REV);
-    if (!it)
-        return -ENOMEM;
-    uint8_t key[META_REV_KEY_LEN];
-    meta_key_rev_encode(key, sg->id, 0);
-    size_t used = 0, n = 0;
-    int rc = 0;
-    for (meta_iter_seek(it, key, sizeof(key)); meta_iter_valid(it); meta_iter_next(it)) {
-        size_t kl, vl;
-        const void *k = meta_iter_key(it, &kl);
-        const void *v = meta_iter_value(it, &vl);
-        uint32_t seg;
-        uint64_t off, id;
-        if (meta_key_rev_decode(k, kl, &seg, &off) || seg != sg->id)
-            break;
-        if (meta_val_id_decode(v, vl, &id))
-            continue;
-        if (GROUP_BYTES - used < store_record_len(DEDUPD_CHUNK_MAX) || n == p->mv_cap) {
-            rc = commit_group(p, sg, n);
-            if (rc)
-                break;
-            used = n = 0;
-        }
-        struct store_record_hdr h;
-        uint64_t len;
-        int r = store__read_raw(sg, off, p->buf + used, GROUP_BYTES - used, &h, &len);
-        if (r == 0 && h.chunk_id != id)
-            r = -EUCLEAN;
-        if (r) {
-            log_err("store: compaction: seg %" PRIu32 " off %" PRIu64 " (chunk %" PRIu64
-                    "): %s; record left in place",
-                    sg->id, off, id, r == -EUCLEAN ? "corrupt record" : strerror(-r));
-            (*bad)++;
-            continue;
-        }
-        p->mv[n].off = off;
-        p->mv[n].id = id;
-        p->mv[n].len = len;
-        p->mv[n].buf_off = used;
-        n++;
-        used += len;
+    struct live_walk w = {.p = p, .sg = sg, .bad = bad};
+    uint64_t end;
+    int rc = store__seg_walk(sg, 0, sg->size, p->win, GROUP_BYTES, take_live, &w, &end);
+    if (rc == -EUCLEAN) {
+        log_err("store: compaction: seg %" PRIu32 " off %" PRIu64 ": unreadable record header; "
+                "the records after it cannot be found, so the segment is kept (run scrub)",
+                sg->id, end);
+        (*bad)++;
+        rc = 0;
     }
-    if (rc == 0)
-        rc = meta_iter_status(it);
-    if (rc == 0 && n)
-        rc = commit_group(p, sg, n);
-    meta_iter_free(it);
+    if (rc == 0 && w.n)
+        rc = commit_group(p, sg, w.n);
     return rc;
+}
+
+/* store_walk_fn: stops (1) at the first record a chunk entry still names. */
+static int
+find_live(void *arg, uint64_t off, const struct store_record_hdr *h, const uint8_t *rec)
+{
+    (void) rec;
+    struct live_walk *w = arg;
+    bool live;
+    int rc = lives_here(w->p->st, w->sg, off, h, &live);
+    if (live)
+        w->found_id = h->chunk_id;
+    return rc ? rc : live;
 }
 
 static int
 finish_segment(struct pass *p, struct store_seg *sg)
 {
     struct store *st = p->st;
+    /* Belt and braces: the chunk entries of its records must say nothing lives here before
+     * a file is deleted. Walked before the commit lock (writers would wait for the whole
+     * walk): a sealed segment only ever loses live records, and only this pass moves them. */
+    struct live_walk w = {.p = p, .sg = sg};
+    uint64_t end;
+    int found = store__seg_walk(sg, 0, sg->size, p->win, GROUP_BYTES, find_live, &w, &end);
+    if (found == 1) {
+        log_err("store: compaction: seg %" PRIu32 ": chunk %" PRIu64 " still lives at off %" PRIu64
+                " after its records were moved; kept (run check)",
+                sg->id, w.found_id, end);
+        return 0;
+    }
+    if (found) {
+        log_err("store: compaction: seg %" PRIu32 ": walking its records before removal stopped at "
+                "off %" PRIu64 ": %s; kept",
+                sg->id, end, strerror(-found));
+        return found == -EUCLEAN ? 0 : found;
+    }
     pthread_mutex_lock(&st->commit_lock);
     if (sg->live != 0) {
         pthread_mutex_unlock(&st->commit_lock);
         log_warn("store: compaction: seg %" PRIu32 " still has %" PRIu64 " live bytes; kept",
                  sg->id, sg->live);
-        return 0;
-    }
-    /* Belt and braces: the accounting says nothing lives here; the rev CF must agree
-     * before a file is deleted. */
-    struct meta_iter *it = meta_iter_new(st->meta, META_CF_REV);
-    if (!it) {
-        pthread_mutex_unlock(&st->commit_lock);
-        return -ENOMEM;
-    }
-    uint8_t rk[META_REV_KEY_LEN];
-    meta_key_rev_encode(rk, sg->id, 0);
-    meta_iter_seek(it, rk, sizeof(rk));
-    bool occupied = false;
-    if (meta_iter_valid(it)) {
-        size_t kl;
-        uint32_t seg;
-        uint64_t off;
-        const void *k = meta_iter_key(it, &kl);
-        occupied = meta_key_rev_decode(k, kl, &seg, &off) == 0 && seg == sg->id;
-    }
-    meta_iter_free(it);
-    if (occupied) {
-        pthread_mutex_unlock(&st->commit_lock);
-        log_err("store: compaction: seg %" PRIu32 " has no live bytes by its accounting but "
-                "still holds indexed records; kept (run check)",
-                sg->id);
         return 0;
     }
     /* The new copies and their index entries must be durable before the old copy goes. */
@@ -269,8 +295,9 @@ run_pass(struct pass *p, bool force)
     p->prog.total = live;
     p->mv_cap = GROUP_BYTES / store_record_len(DEDUPD_CHUNK_MIN) + 1;
     p->buf = malloc(GROUP_BYTES);
+    p->win = malloc(GROUP_BYTES);
     p->mv = malloc(p->mv_cap * sizeof(*p->mv));
-    int rc = (p->buf && p->mv) ? 0 : -ENOMEM;
+    int rc = (p->buf && p->win && p->mv) ? 0 : -ENOMEM;
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct store_seg *sg = store__seg_get(st, ids[i]);
         if (!sg)
@@ -288,6 +315,7 @@ run_pass(struct pass *p, bool force)
                  " bytes moved, %" PRIu64 " bytes reclaimed",
                  p->res.segments_compacted, p->res.bytes_moved, p->res.bytes_reclaimed);
     free(p->buf);
+    free(p->win);
     free(p->mv);
     free(ids);
     return rc;

@@ -3,7 +3,7 @@
  *
  * Locks, in the order they are taken:
  *   commit_lock  transactions (begin..commit/abort), sync, compaction's commits, recovery:
- *                everything that changes chunk/rev/map/hash entries, refcounts, counters,
+ *                everything that changes chunk/map/hash entries, refcounts, counters,
  *                the active segment and segment accounting.
  *   seg_lock     the segment table (lookup + reader refcounts); held only briefly.
  *   stat_lock    the in-memory copies of counters read by store_stats/export_mapped. */
@@ -214,6 +214,17 @@ int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hoo
 int store__seal_active(struct store *st);    /* commit_lock */
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
                        struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);
+/* One record met by store__seg_walk: rec holds the whole record (header first); whether
+ * its stored bytes match data_crc is the callee's to check. Non-zero stops the walk. */
+typedef int (*store_walk_fn)(void *arg, uint64_t off, const struct store_record_hdr *h,
+                             const uint8_t *rec);
+/* Walks sg's records in [from, to) in order — from must be a record boundary — reading the
+ * file through win (wcap >= store_record_len(DEDUPD_CHUNK_MAX) bytes). Stops at fn's
+ * non-zero value (returned), or at a header that is short or does not decode, or a record
+ * that does not end by `to` (-EUCLEAN: the records after it cannot be found). *end gets the
+ * offset it stopped at (`to` after the last record). -errno on a read error. */
+int store__seg_walk(struct store_seg *sg, uint64_t from, uint64_t to, uint8_t *win, size_t wcap,
+                    store_walk_fn fn, void *arg, uint64_t *end);
 /* Reads the whole record at off (header + stored bytes) into buf and verifies it; *len
  * gets its length. 0, -EUCLEAN, -ENOSPC (cap too small), -EIO. */
 int store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
@@ -240,7 +251,7 @@ void store__ccache_drop_all(struct store *st);
 void store__txn_fini(struct store_txn *tx);
 struct store_move { /* one record compaction wants to copy */
     uint64_t off;   /* in the source segment */
-    uint64_t id;    /* chunk id the rev entry named */
+    uint64_t id;    /* chunk id its record header names */
     uint64_t len;   /* record bytes (header + stored) */
     size_t buf_off; /* where the record's bytes are in the caller's buffer */
 };

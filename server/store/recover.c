@@ -13,9 +13,11 @@
  *   changed.
  * - Indexed records beyond a segment's synced watermark that are short or fail their CRC
  *   (possible only after a power cut, since RocksDB is not allowed to persist a batch
- *   before its segment bytes were fdatasync'ed; this is the safety net): each such chunk is
- *   lost; its map entries are removed (those blocks read as zeros), its chunk/rev/hash
- *   entries deleted, and every loss is logged.
+ *   before its segment bytes were fdatasync'ed; this is the safety net): the records past
+ *   the watermark are walked; if one is broken, the chunk table is scanned for the chunks
+ *   stored from there on and each one's record checked; each broken one is lost: its map
+ *   entries are removed (those blocks read as zeros), its chunk/hash entries deleted, and
+ *   every loss is logged.
  * Read-only opens report what they find and change nothing. */
 #include "store/internal.h"
 
@@ -24,7 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/crc32c.h"
 #include "util/log.h"
+
+/* The window through which the records since the last sync are walked. */
+#define RECOVER_WALK_BYTES (4u << 20)
 
 static uint64_t
 rd64(const uint8_t *p)
@@ -172,52 +178,76 @@ load_seg_entries(struct store *st, struct meta_batch *b)
     return 0;
 }
 
-/* Verifies the indexed records of sg at offsets >= from; collects the bad ones. */
+/* store_walk_fn: stops (1) at the first record whose stored bytes fail their CRC. */
 static int
-verify_tail(struct store *st, struct store_seg *sg, uint64_t from, struct lost *lost)
+record_broken(void *arg, uint64_t off, const struct store_record_hdr *h, const uint8_t *rec)
 {
-    struct meta_iter *it = meta_iter_new(st->meta, META_CF_REV);
+    (void) arg;
+    (void) off;
+    return crc32c(0, rec + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc;
+}
+
+/* Every chunk whose entry puts it in sg at or past `from`: its record is read on its own;
+ * one that does not decode, fails its CRC or names another chunk is lost. A scan of the
+ * whole chunk table, made only after a crash that really lost records. */
+static int
+scan_lost(struct store *st, struct store_seg *sg, uint64_t from, uint8_t *buf, struct lost *lost)
+{
+    struct meta_iter *it = meta_iter_new(st->meta, META_CF_CHUNK);
     if (!it)
         return -ENOMEM;
-    uint8_t key[META_REV_KEY_LEN];
-    meta_key_rev_encode(key, sg->id, from);
     int rc = 0;
-    uint8_t *buf = malloc(DEDUPD_CHUNK_MAX);
-    if (!buf) {
-        meta_iter_free(it);
-        return -ENOMEM;
-    }
-    for (meta_iter_seek(it, key, sizeof(key)); meta_iter_valid(it); meta_iter_next(it)) {
+    uint64_t seen = 0;
+    for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
         size_t kl, vl;
         const void *k = meta_iter_key(it, &kl);
         const void *v = meta_iter_value(it, &vl);
-        uint32_t seg;
-        uint64_t off, id;
-        if (meta_key_rev_decode(k, kl, &seg, &off) || seg != sg->id)
-            break;
-        if (meta_val_id_decode(v, vl, &id)) {
-            log_err("store: seg %" PRIu32 " off %" PRIu64 ": malformed rev entry", seg, off);
-            continue;
-        }
+        uint64_t id;
+        struct meta_chunk_rec r;
+        if (++seen % (1u << 20) == 0)
+            log_info("store: seg %" PRIu32 ": looking for lost chunks: %" PRIu64 " entries read",
+                     sg->id, seen);
+        if (meta_key_chunk_decode(k, kl, &id) || meta_chunk_rec_decode(v, vl, &r) ||
+            r.seg != sg->id || r.off < from)
+            continue; /* a malformed entry is check's to report */
         struct store_record_hdr h;
-        int r = store__read_record(st, sg, off, &h, buf, DEDUPD_CHUNK_MAX, 0);
-        if (r == 0 && h.chunk_id != id)
-            r = -EUCLEAN;
-        if (r == -EUCLEAN) {
+        int x = store__read_record(st, sg, r.off, &h, buf, DEDUPD_CHUNK_MAX, 0);
+        if (x == 0 && h.chunk_id != id)
+            x = -EUCLEAN;
+        if (x == -EUCLEAN) {
             log_err("store: seg %" PRIu32 " off %" PRIu64 ": chunk %" PRIu64
                     " was indexed but its record did not reach the disk; it is lost",
-                    seg, off, id);
+                    sg->id, r.off, id);
             rc = lost_add(lost, id);
-        } else if (r) {
-            rc = r;
+        } else if (x) {
+            rc = x;
         }
-        if (rc)
-            break;
     }
     if (rc == 0)
         rc = meta_iter_status(it);
-    free(buf);
     meta_iter_free(it);
+    return rc;
+}
+
+/* Collects the indexed chunks whose records at offsets >= from in sg are gone. The records
+ * written since the last sync are walked first: when every one is whole — a killed process
+ * loses nothing the kernel already had — nothing is lost and no chunk entry is read. */
+static int
+verify_tail(struct store *st, struct store_seg *sg, uint64_t from, struct lost *lost)
+{
+    uint8_t *win = malloc(RECOVER_WALK_BYTES);
+    if (!win)
+        return -ENOMEM;
+    uint64_t end;
+    int rc =
+        store__seg_walk(sg, from, sg->size, win, RECOVER_WALK_BYTES, record_broken, NULL, &end);
+    if (rc == 1 || rc == -EUCLEAN) {
+        log_warn("store: seg %" PRIu32 ": the records from off %" PRIu64 " to %" PRIu64
+                 " did not all reach the disk; looking for chunks stored there",
+                 sg->id, end, sg->size);
+        rc = scan_lost(st, sg, end, win, lost);
+    }
+    free(win);
     return rc;
 }
 
@@ -230,11 +260,9 @@ drop_lost(struct store *st, struct lost *lost, struct meta_batch *b)
         struct meta_chunk_rec r;
         if (store__chunk_load(st, lost->ids[i], &r))
             continue;
-        uint8_t key[META_CHUNK_KEY_LEN], rkey[META_REV_KEY_LEN];
+        uint8_t key[META_CHUNK_KEY_LEN];
         meta_key_chunk_encode(key, lost->ids[i]);
         meta_batch_delete(b, META_CF_CHUNK, key, sizeof(key));
-        meta_key_rev_encode(rkey, r.seg, r.off);
-        meta_batch_delete(b, META_CF_REV, rkey, sizeof(rkey));
         if (r.hash_alg) {
             uint8_t hkey[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
             size_t hl = meta_key_hash_encode(hkey, r.hash_alg, r.hash, r.hash_len);

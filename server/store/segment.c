@@ -399,3 +399,50 @@ store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
     *len = total;
     return 0;
 }
+
+/* Reads up to wcap bytes of [off, to) into win: the window now starts at off. */
+static int
+walk_fill(struct store_seg *sg, uint8_t *win, size_t wcap, uint64_t off, uint64_t to,
+          uint64_t *wstart, size_t *wlen)
+{
+    size_t want = to - off < wcap ? (size_t) (to - off) : wcap;
+    ssize_t n = store__io_read_full(sg->fd, win, want, off);
+    if (n < 0)
+        return (int) n;
+    *wstart = off;
+    *wlen = (size_t) n;
+    return 0;
+}
+
+int
+store__seg_walk(struct store_seg *sg, uint64_t from, uint64_t to, uint8_t *win, size_t wcap,
+                store_walk_fn fn, void *arg, uint64_t *end)
+{
+    uint64_t off = from, wstart = from;
+    size_t wlen = 0;
+    int rc = 0;
+    while (off < to) {
+        if (off + STORE_RECORD_HDR_LEN > wstart + wlen &&
+            (rc = walk_fill(sg, win, wcap, off, to, &wstart, &wlen)))
+            break;
+        struct store_record_hdr h;
+        size_t have = (size_t) (wstart + wlen - off);
+        if (store_record_decode(win + (off - wstart), have, &h) != 0) {
+            rc = -EUCLEAN;
+            break;
+        }
+        uint64_t total = store_record_len(h.stored_len);
+        if (off + total > wstart + wlen && (rc = walk_fill(sg, win, wcap, off, to, &wstart, &wlen)))
+            break;
+        if (off + total > wstart + wlen) { /* short: the file or the range ends inside it */
+            rc = -EUCLEAN;
+            break;
+        }
+        rc = fn(arg, off, &h, win + (off - wstart));
+        if (rc)
+            break;
+        off += total;
+    }
+    *end = off;
+    return rc;
+}

@@ -1,5 +1,5 @@
-/* store: the chunk store — append-only segment log under DATA_DIR/segments/ plus the chunk,
- * rev and map bookkeeping in meta, with refcounts and freeing at zero.
+/* store: the chunk store — append-only segment log under DATA_DIR/segments/ plus the chunk
+ * and map bookkeeping in meta, with refcounts and freeing at zero.
  * Owns: segment files and their fds, the data directory lock, chunk id allocation, the
  * commit lock that serializes transactions, per-segment live/dead byte accounting,
  * background compaction.
@@ -146,7 +146,7 @@ int store_txn_chunk_get(struct store_txn *tx, uint64_t chunk_id, struct store_ch
 struct meta_batch *store_txn_batch(struct store_txn *tx);
 
 /* Called once per chunk whose refcount reaches zero, before the batch is written; the
- * chunk's `chunk` and `rev` entries and a `hash` entry naming it are deleted by the store
+ * chunk's `chunk` entry and a `hash` entry naming it are deleted by the store
  * in the same batch, and its bytes are counted dead in its segment. */
 typedef void (*store_freed_fn)(void *arg, const struct store_chunk_info *freed);
 /* Writes everything in one batch and releases the commit lock, success or not; tx is
@@ -196,13 +196,14 @@ int store_compact(struct store *st, bool force, store_progress_fn progress, void
 typedef void (*store_finding_fn)(void *arg, const char *finding);
 
 struct store_check_result {
-    uint64_t map_entries, chunks, hash_entries, rev_entries;
+    uint64_t map_entries, chunks, hash_entries;
     uint64_t problems; /* invariant violations found */
     uint64_t repaired; /* fixed because repair was asked and the fix is safe */
 };
 /* Proves invariants 1-3 from the metadata: recomputes refcounts from `map` (and other
- * holders), checks every chunk has its rev and every hash entry names a live chunk with that
- * hash. With repair, fixes what is safely fixable (refcounts, dangling hash/rev entries). */
+ * holders), checks every chunk's record lies inside its segment and every hash entry names
+ * a live chunk with that hash. With repair, fixes what is safely fixable (refcounts,
+ * dangling hash entries). */
 int store_check(struct store *st, bool repair, store_progress_fn progress, store_finding_fn finding,
                 void *arg, struct store_check_result *out);
 

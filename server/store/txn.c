@@ -711,7 +711,7 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
            store_freed_fn freed, void *arg)
 {
     struct store *st = tx->st;
-    uint8_t key[META_CHUNK_KEY_LEN], rkey[META_REV_KEY_LEN];
+    uint8_t key[META_CHUNK_KEY_LEN];
     if (freed) {
         struct store_chunk_info info;
         info_of(e, &info);
@@ -719,8 +719,6 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
     }
     meta_key_chunk_encode(key, e->id);
     meta_batch_delete(tx->batch, META_CF_CHUNK, key, sizeof(key));
-    meta_key_rev_encode(rkey, e->rec.seg, e->rec.off);
-    meta_batch_delete(tx->batch, META_CF_REV, rkey, sizeof(rkey));
     if (e->rec.hash_alg) {
         /* Delete the hash entry only if it names this chunk: another chunk with the same
          * bytes may own it (dedup was off, or a verify mismatch kept both). */
@@ -793,10 +791,6 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         meta_batch_put(tx->batch, META_CF_CHUNK, key, sizeof(key), val,
                        meta_chunk_rec_encode(val, &r));
         if (e->is_new) {
-            uint8_t rkey[META_REV_KEY_LEN], rval[META_ID_VAL_LEN];
-            meta_key_rev_encode(rkey, r.seg, r.off);
-            meta_val_id_encode(rval, e->id);
-            meta_batch_put(tx->batch, META_CF_REV, rkey, sizeof(rkey), rval, sizeof(rval));
             c.chunks++;
             c.raw_bytes += r.raw_len;
             c.stored_bytes += r.stored_len;
@@ -939,18 +933,12 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
         if (rc)
             break;
         memcpy(tx->wbuf + tx->wused, buf + mv[i].buf_off, reclen);
-        uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX], rk[META_REV_KEY_LEN],
-            rv[META_ID_VAL_LEN];
-        meta_key_rev_encode(rk, r.seg, r.off);
-        meta_batch_delete(tx->batch, META_CF_REV, rk, sizeof(rk));
+        uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX];
         r.seg = st->active->id;
         r.off = st->active->size;
         meta_key_chunk_encode(key, mv[i].id);
         meta_batch_put(tx->batch, META_CF_CHUNK, key, sizeof(key), val,
                        meta_chunk_rec_encode(val, &r));
-        meta_key_rev_encode(rk, r.seg, r.off);
-        meta_val_id_encode(rv, mv[i].id);
-        meta_batch_put(tx->batch, META_CF_REV, rk, sizeof(rk), rv, sizeof(rv));
         queue_piece(tx, NULL, reclen);
         store__seg_set_size(st->active, st->active->size + reclen);
         seg_delta(tx, st->active)->d_live += (int64_t) reclen;

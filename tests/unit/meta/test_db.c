@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dedupd/version.h"
 #include "fakes/tmpdir.h"
 #include "meta/meta.h"
 #include "util/log.h"
@@ -215,6 +216,41 @@ Test(db, newer_format_version_is_eproto)
     meta_close(m);
     struct meta_options o = {.create_if_missing = true};
     cr_assert_eq(meta_open(db, &o, &m), -EPROTO);
+}
+
+Test(db, format_1_is_upgraded_to_2_with_rev_emptied)
+{
+    /* A format-1 directory: its `rev` family holds entries. */
+    struct meta *m = open_ok(true);
+    struct meta_batch *b = meta_batch_new();
+    uint8_t v[4] = {0, 0, 0, 1};
+    meta_batch_put(b, META_CF_META, "format_version", 14, v, 4);
+    uint8_t lo[12] = {0}, hi[12];
+    memset(hi, 0xff, sizeof(hi));
+    meta_batch_put(b, META_CF_REV, lo, sizeof(lo), "idididid", 8);
+    meta_batch_put(b, META_CF_REV, hi, sizeof(hi), "idididid", 8);
+    meta_batch_put(b, META_CF_MAP, "k", 1, "v", 1);
+    cr_assert_eq(meta_batch_commit(m, b, true), 0);
+    meta_batch_free(b);
+    meta_close(m);
+
+    /* Read-only: refused nothing, changed nothing. */
+    struct meta_options ro = {.read_only = true};
+    cr_assert_eq(meta_open(db, &ro, &m), 0);
+    cr_assert_eq(meta_get(m, META_CF_META, "format_version", 14, v, 4), 4);
+    cr_assert_eq(v[3], 1);
+    meta_close(m);
+
+    m = open_ok(false);
+    cr_assert_eq(meta_get(m, META_CF_META, "format_version", 14, v, 4), 4);
+    cr_assert_eq(v[3], DEDUPD_FORMAT_VERSION);
+    struct meta_iter *it = meta_iter_new(m, META_CF_REV);
+    meta_iter_seek_first(it);
+    cr_assert(!meta_iter_valid(it), "rev emptied");
+    meta_iter_free(it);
+    char val[4];
+    cr_assert_eq(meta_get(m, META_CF_MAP, "k", 1, val, sizeof(val)), 1, "the rest kept");
+    meta_close(m);
 }
 
 Test(db, foreign_rocksdb_is_eproto_and_untouched)

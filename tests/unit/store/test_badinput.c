@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dedupd/version.h"
 #include "helpers.h"
 #include "meta/meta.h"
 #include "util/log.h"
@@ -221,7 +222,7 @@ Test(badinput, newer_format_is_eproto)
     struct meta_options mo = {0};
     cr_assert_eq(meta_open(db, &mo, &m), 0);
     struct meta_batch *b = meta_batch_new();
-    uint8_t v[4] = {0, 0, 0, 2};
+    uint8_t v[4] = {0, 0, 0, DEDUPD_FORMAT_VERSION + 1};
     meta_batch_put(b, META_CF_META, "format_version", 14, v, 4);
     cr_assert_eq(meta_batch_commit(m, b, true), 0);
     meta_batch_free(b);
