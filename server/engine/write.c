@@ -430,6 +430,8 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
                                  &c->chunk_id);
     if (rc == 0 && !claimed) {
         rc = index_stage(p->ix, &w->ib, (uint8_t) p->alg, c->hash, p->hlen, c->chunk_id);
+        if (rc == 0 && p->trusted) /* its entry is in this batch: freeing it needs no read */
+            rc = store_txn_chunk_owns_hash(tx, c->chunk_id);
         struct engine *e = w->e;
         e->stage_ring[e->stage_seq++ & (ENGINE_STAGE_RING - 1)] = hash_head(c->hash);
         if (w->grp)

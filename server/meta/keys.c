@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
-#define CHUNK_VAL_VERSION  1
+#define CHUNK_VAL_VERSION  2
 #define EXPORT_VAL_VERSION 1
 
 static void
@@ -110,10 +110,13 @@ meta_val_id_decode(const void *val, size_t vlen, uint64_t *id)
     return 0;
 }
 
-/* chunk value, version 1 (fixed layout; 31 + hash_len bytes):
+/* chunk value, version 2 (fixed layout; 33 + hash_len bytes):
  *   version u8 | seg be32 | off be64 | raw_len be32 | stored_len be32 | codec u8 |
- *   hash_alg u8 | hash_len u8 | refs be64 | hash[hash_len] */
-#define CHUNK_VAL_FIXED (1 + 4 + 8 + 4 + 4 + 1 + 1 + 1 + 8)
+ *   hash_alg u8 | hash_len u8 | refs be64 | flags u8 (1: owns_hash) | hash[hash_len]
+ * Version 1 (data format 1) had no flags byte; it is still read (owns_hash false). */
+#define CHUNK_VAL_FIXED_V1 (1 + 4 + 8 + 4 + 4 + 1 + 1 + 1 + 8)
+#define CHUNK_VAL_FIXED    (CHUNK_VAL_FIXED_V1 + 1)
+#define CHUNK_FLAG_OWNS    1
 
 size_t
 meta_chunk_rec_encode(uint8_t out[META_CHUNK_VAL_MAX], const struct meta_chunk_rec *r)
@@ -129,6 +132,7 @@ meta_chunk_rec_encode(uint8_t out[META_CHUNK_VAL_MAX], const struct meta_chunk_r
     *p++ = r->hash_alg;
     *p++ = hl;
     put_be64(p, r->refs), p += 8;
+    *p++ = r->owns_hash ? CHUNK_FLAG_OWNS : 0;
     memcpy(p, r->hash, hl);
     p += hl;
     return (size_t) (p - out);
@@ -138,8 +142,10 @@ int
 meta_chunk_rec_decode(const void *val, size_t vlen, struct meta_chunk_rec *r)
 {
     const uint8_t *p = val;
-    if (vlen < CHUNK_VAL_FIXED || p[0] != CHUNK_VAL_VERSION)
+    if (vlen < CHUNK_VAL_FIXED_V1 || (p[0] != 1 && p[0] != CHUNK_VAL_VERSION))
         return -EBADMSG;
+    bool v1 = p[0] == 1;
+    size_t fixed = v1 ? CHUNK_VAL_FIXED_V1 : CHUNK_VAL_FIXED;
     p++;
     memset(r, 0, sizeof(*r));
     r->seg = get_be32(p), p += 4;
@@ -150,8 +156,13 @@ meta_chunk_rec_decode(const void *val, size_t vlen, struct meta_chunk_rec *r)
     r->hash_alg = *p++;
     r->hash_len = *p++;
     r->refs = get_be64(p), p += 8;
-    if (r->hash_len > DEDUPD_HASH_MAX_LEN || vlen != CHUNK_VAL_FIXED + (size_t) r->hash_len)
+    if (r->hash_len > DEDUPD_HASH_MAX_LEN || vlen != fixed + (size_t) r->hash_len)
         return -EBADMSG;
+    if (!v1) {
+        if (*p & ~CHUNK_FLAG_OWNS)
+            return -EBADMSG; /* a flag this version does not know */
+        r->owns_hash = *p++ & CHUNK_FLAG_OWNS;
+    }
     memcpy(r->hash, p, r->hash_len);
     return 0;
 }

@@ -41,8 +41,11 @@ struct meta_chunk_rec {
     uint8_t hash_len;
     uint64_t refs; /* map entries (and other holders) naming this chunk */
     uint8_t hash[DEDUPD_HASH_MAX_LEN];
+    /* The `hash` entry of this hash was written naming this chunk, in the batch that created
+     * it. False means unknown (a version-1 value, or not indexed then): ask the `hash` CF. */
+    bool owns_hash;
 };
-#define META_CHUNK_VAL_MAX 64
+#define META_CHUNK_VAL_MAX 72
 size_t meta_chunk_rec_encode(uint8_t out[META_CHUNK_VAL_MAX], const struct meta_chunk_rec *r);
 int meta_chunk_rec_decode(const void *val, size_t vlen, struct meta_chunk_rec *r); /* -EBADMSG */
 

@@ -133,6 +133,11 @@ int store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_i
  * lock exclusively); an earlier map_set of the same transaction still takes precedence. */
 int store_txn_map_set_known(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
                             uint64_t old_id, uint64_t chunk_id);
+/* Records that the `hash` entry of new chunk chunk_id (added by this transaction) is put
+ * into this transaction's batch naming it — by a persistent index back-end. When the chunk
+ * is freed, its hash entry is then deleted without first reading whom it names. 0, or
+ * -ENOENT if chunk_id is not a chunk this transaction added. */
+int store_txn_chunk_owns_hash(struct store_txn *tx, uint64_t chunk_id);
 /* Loads a chunk into the transaction (so that a later map_set/ref on it reads nothing):
  * 0 if it exists (live, or added/held by this transaction), -ENOENT if it does not, -EIO.
  * For a caller that found the id outside the transaction and must know it is still live. */

@@ -448,6 +448,17 @@ store_txn_add_chunk_ref(struct store_txn *tx, uint8_t hash_alg, const uint8_t *h
 }
 
 int
+store_txn_chunk_owns_hash(struct store_txn *tx, uint64_t chunk_id)
+{
+    bool found;
+    struct txn_chunk *e = tx->chunks_cap ? chunk_slot(tx, chunk_id, &found) : NULL;
+    if (!e || !found || !e->is_new || !e->rec.hash_alg)
+        return -ENOENT;
+    e->rec.owns_hash = true;
+    return 0;
+}
+
+int
 store_txn_ref(struct store_txn *tx, uint64_t chunk_id, int64_t delta)
 {
     struct txn_chunk *e;
@@ -726,8 +737,14 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
         size_t hl = meta_key_hash_encode(hkey, e->rec.hash_alg, e->rec.hash, e->rec.hash_len);
         uint64_t owner;
         size_t vl;
-        ssize_t n = meta_get(st->meta, META_CF_HASH, hkey, hl, val, sizeof(val));
-        bool ours = n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == e->id;
+        /* Known owner (created together with its entry): no point read inside the commit
+         * lock. Should the entry name another chunk after all, deleting it costs that chunk
+         * its index entry (a later duplicate is stored apart), never a byte. */
+        bool ours = e->rec.owns_hash;
+        if (!ours) {
+            ssize_t n = meta_get(st->meta, META_CF_HASH, hkey, hl, val, sizeof(val));
+            ours = n >= 0 && meta_val_id_decode(val, (size_t) n, &owner) == 0 && owner == e->id;
+        }
         /* The back-end may have re-pointed the key at a new chunk with the same hash in
          * this very batch; a delete appended after that put would undo it. */
         if (ours && fp_has(tx, e->rec.hash_alg, e->rec.hash, e->rec.hash_len) &&

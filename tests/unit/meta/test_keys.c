@@ -73,6 +73,34 @@ Test(keys, chunk_rec_round_trip_and_every_truncation_rejected)
     cr_assert_eq(meta_chunk_rec_decode(v, n, &d), -EBADMSG);
 }
 
+Test(keys, chunk_rec_owner_flag_and_version_1_values)
+{
+    struct meta_chunk_rec r = {.seg = 1,
+                               .off = 64,
+                               .raw_len = 4096,
+                               .stored_len = 4096,
+                               .hash_alg = 1,
+                               .hash_len = 32,
+                               .refs = 2,
+                               .owns_hash = true};
+    uint8_t v[META_CHUNK_VAL_MAX];
+    size_t n = meta_chunk_rec_encode(v, &r);
+    struct meta_chunk_rec d;
+    cr_assert_eq(meta_chunk_rec_decode(v, n, &d), 0);
+    cr_assert(d.owns_hash);
+    /* Version 1 (data format 1): the same fields without the flags byte. */
+    uint8_t v1[META_CHUNK_VAL_MAX];
+    memcpy(v1, v, 32);
+    v1[0] = 1;
+    memcpy(v1 + 32, v + 33, 32);
+    cr_assert_eq(meta_chunk_rec_decode(v1, n - 1, &d), 0);
+    cr_assert(!d.owns_hash && d.refs == 2 && d.off == 64 && d.hash_len == 32);
+    cr_assert_eq(memcmp(d.hash, r.hash, 32), 0);
+    cr_assert_eq(meta_chunk_rec_decode(v1, n, &d), -EBADMSG, "a version-1 value has no flags");
+    v[32] |= 0x80; /* a flag this version does not know */
+    cr_assert_eq(meta_chunk_rec_decode(v, n, &d), -EBADMSG);
+}
+
 Test(keys, export_rec_round_trip_and_bad_input)
 {
     struct meta_export_rec r = {.size = 1ULL << 34,
