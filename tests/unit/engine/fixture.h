@@ -34,6 +34,10 @@ uint64_t fx_chunks(struct fx *f);
 /* Asserts invariants 1 and 2 over the metadata (refcounts = map entries; hash entries
  * name live chunks with that hash), then that store_check finds no problem. */
 void fx_check(struct fx *f);
+/* An engine_hash_fn under which every chunk hashes alike (engine_test_set_hash_fn): the
+ * collision that verify exists for. */
+int fx_colliding_hash(enum dedupd_hash_alg alg, const void *buf, size_t len,
+                      uint8_t out[DEDUPD_HASH_MAX_LEN]);
 /* Switches the hash-index back-end, keeping the other settings. */
 void fx_set_backend(struct fx *f, const char *backend);
 

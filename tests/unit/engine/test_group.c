@@ -13,7 +13,6 @@
 #include "fixture.h"
 #include "store/io.h"
 #include "store/store.h"
-#include "util/hash.h"
 
 #define CS 4096
 
@@ -183,18 +182,6 @@ writer_main(void *arg)
     return NULL;
 }
 
-/* Every chunk hashes alike: only verify tells them apart. */
-static int
-colliding_hash(enum dedupd_hash_alg alg, const void *buf, size_t len,
-               uint8_t out[DEDUPD_HASH_MAX_LEN])
-{
-    (void) buf;
-    (void) len;
-    size_t n = hash_len(alg);
-    memset(out, 0x5a, n);
-    return (int) n;
-}
-
 /* Holds the commit lock while a first write (of zeros: it stores nothing) leads and waits
  * for it, queues one write per seed behind it in order, then lets them go: the queued
  * writes commit as one group. Returns the engine's stats afterwards. */
@@ -251,7 +238,7 @@ Test(group, verify_keeps_colliding_chunks_of_one_group_apart, .timeout = 60)
     engine_dedup_get(f.e, &c);
     c.verify = true;
     cr_assert_eq(engine_dedup_set(f.e, &c), 0);
-    engine_test_set_hash_fn(f.e, colliding_hash);
+    engine_test_set_hash_fn(f.e, fx_colliding_hash);
     /* 21 is staged first; 22 collides with it (kept apart, not indexed); 21 again shares. */
     static const uint32_t seeds[] = {21, 22, 21};
     struct engine_stats s = group_of(&f, seeds, 3);

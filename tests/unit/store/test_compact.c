@@ -56,6 +56,21 @@ write_blocks(struct store *st, uint64_t base, unsigned every)
     cr_assert_eq(store_sync(st), 0);
 }
 
+/* Overwrites 3 of every 4 blocks with seeds 9000 + blk: old segments stay ~25% live. */
+static void
+overwrite_3_of_4(struct store *st, uint64_t *seed_of)
+{
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    for (unsigned b = 0; b < NBLK; b++) {
+        if (b % 4 == 0)
+            continue;
+        seed_of[b] = 9000 + b;
+        cr_assert_eq(store_txn_map_set(tx, 1, b, add(tx, seed_of[b], 4096)), 0);
+    }
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+}
+
 static void
 expect_blocks(struct store *st, const uint64_t *seed_of)
 {
@@ -111,16 +126,7 @@ Test(compact, live_records_are_moved_and_survive_reopen)
     write_blocks(st, 1000, 1);
     for (unsigned b = 0; b < NBLK; b++)
         seed_of[b] = 1000 + b;
-    /* Overwrite 3 of every 4 blocks: old segments stay ~25% live. */
-    struct store_txn *tx;
-    cr_assert_eq(store_txn_begin(st, &tx), 0);
-    for (unsigned b = 0; b < NBLK; b++) {
-        if (b % 4 == 0)
-            continue;
-        seed_of[b] = 9000 + b;
-        cr_assert_eq(store_txn_map_set(tx, 1, b, add(tx, seed_of[b], 4096)), 0);
-    }
-    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    overwrite_3_of_4(st, seed_of);
     struct store_chunk_info ci0;
     uint64_t id0;
     cr_assert_eq(store_map_get(st, 1, 0, &id0), 0);
@@ -262,15 +268,7 @@ Test(compact, an_unreadable_header_keeps_its_segment_and_loses_nothing)
     cr_assert_eq(store_chunk_get(st, id1, &c1), 0);
     cr_assert_eq(store_chunk_get(st, id4, &c4), 0);
     cr_assert(c1.seg == c0.seg && c4.seg == c0.seg && c0.off < c1.off && c1.off < c4.off);
-    struct store_txn *tx;
-    cr_assert_eq(store_txn_begin(st, &tx), 0);
-    for (unsigned b = 0; b < NBLK; b++) {
-        if (b % 4 == 0)
-            continue;
-        seed_of[b] = 9000 + b;
-        cr_assert_eq(store_txn_map_set(tx, 1, b, add(tx, seed_of[b], 4096)), 0);
-    }
-    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    overwrite_3_of_4(st, seed_of);
     /* Block 1's old record is dead now: break its magic. */
     char path[256];
     snprintf(path, sizeof(path), "%s/segments/seg-%08u.log", dir, c0.seg);
