@@ -274,7 +274,7 @@ Test(compact, an_unreadable_header_keeps_its_segment_and_loses_nothing)
     snprintf(path, sizeof(path), "%s/segments/seg-%08u.log", dir, c0.seg);
     int fd = open(path, O_WRONLY);
     cr_assert_geq(fd, 0, "%s", path);
-    cr_assert_eq(pwrite(fd, "XXXX", 4, (off_t) c1.off), 4);
+    cr_assert_eq(pwrite(fd, "\xde\xad\xbe\xef", 4, (off_t) c1.off), 4); /* not the magic */
     close(fd);
 
     struct store_compact_result res;
