@@ -9,6 +9,22 @@
 #include "fakes/tmpdir.h"
 #include "store/store.h"
 #include "util/hash.h"
+#include "util/log.h"
+
+/* Declares test suite `name` with what most store test files share: a fresh data
+ * directory per test in `dir` (removed after it) and the log quieted to errors. */
+#define STORE_SUITE(name)                                                                          \
+    static char dir[64];                                                                           \
+    static void name##_init(void)                                                                  \
+    {                                                                                              \
+        log_set_level(LOG_LEVEL_ERROR);                                                            \
+        cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));                                          \
+    }                                                                                              \
+    static void name##_fini(void)                                                                  \
+    {                                                                                              \
+        tmpdir_rm(dir);                                                                            \
+    }                                                                                              \
+    TestSuite(name, .init = name##_init, .fini = name##_fini)
 
 /* Deterministic bytes for (seed, len): different seeds give different chunks. */
 static inline void

@@ -12,22 +12,7 @@
 #include "helpers.h"
 #include "util/log.h"
 
-static char dir[64];
-
-static void
-setup(void)
-{
-    log_set_level(LOG_LEVEL_ERROR);
-    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
-}
-
-static void
-teardown(void)
-{
-    tmpdir_rm(dir);
-}
-
-TestSuite(compact, .init = setup, .fini = teardown);
+STORE_SUITE(compact);
 
 #define NBLK 300
 
@@ -89,6 +74,19 @@ expect_clean(struct store *st)
     cr_assert_eq(cr.problems, 0);
 }
 
+/* Every block reads back, check is clean, and both hold after a reopen; closes st. */
+static void
+expect_blocks_across_reopen(struct store *st, const uint64_t *seed_of)
+{
+    for (int round = 0; round < 2; round++) {
+        if (round)
+            st = open_small(false);
+        expect_blocks(st, seed_of);
+        expect_clean(st);
+        store_close(st);
+    }
+}
+
 Test(compact, disk_bytes_go_down_after_a_full_overwrite)
 {
     struct store *st = open_small(false);
@@ -110,13 +108,7 @@ Test(compact, disk_bytes_go_down_after_a_full_overwrite)
     cr_assert_lt(after.disk_bytes, before.disk_bytes - NBLK * 4096ull * 3 / 4);
     cr_assert_lt(after.segments, before.segments);
     cr_assert_eq(after.compactions, res.segments_compacted);
-    expect_blocks(st, seed_of);
-    expect_clean(st);
-    store_close(st);
-    st = open_small(false);
-    expect_blocks(st, seed_of);
-    expect_clean(st);
-    store_close(st);
+    expect_blocks_across_reopen(st, seed_of);
 }
 
 Test(compact, live_records_are_moved_and_survive_reopen)
@@ -285,11 +277,5 @@ Test(compact, an_unreadable_header_keeps_its_segment_and_loses_nothing)
     cr_assert_neq(n0.seg, c0.seg, "the record before the bad header moved");
     cr_assert_eq(n4.seg, c0.seg, "the one after it stayed");
     cr_assert_eq(n4.off, c4.off);
-    expect_blocks(st, seed_of);
-    expect_clean(st);
-    store_close(st);
-    st = open_small(false);
-    expect_blocks(st, seed_of);
-    expect_clean(st);
-    store_close(st);
+    expect_blocks_across_reopen(st, seed_of);
 }

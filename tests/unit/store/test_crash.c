@@ -20,22 +20,7 @@
 
 #define ROUNDS 10
 
-static char dir[64];
-
-static void
-setup(void)
-{
-    log_set_level(LOG_LEVEL_ERROR);
-    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
-}
-
-static void
-teardown(void)
-{
-    tmpdir_rm(dir);
-}
-
-TestSuite(crash, .init = setup, .fini = teardown);
+STORE_SUITE(crash);
 
 struct msg {
     uint32_t kind; /* 'W' write intent, 'S' sync completed */

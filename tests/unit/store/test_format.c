@@ -12,22 +12,7 @@
 #include "meta/meta.h"
 #include "util/log.h"
 
-static char dir[64];
-
-static void
-setup(void)
-{
-    log_set_level(LOG_LEVEL_ERROR);
-    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
-}
-
-static void
-teardown(void)
-{
-    tmpdir_rm(dir);
-}
-
-TestSuite(format, .init = setup, .fini = teardown);
+STORE_SUITE(format);
 
 #define N 60
 

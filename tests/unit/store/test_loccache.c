@@ -10,22 +10,7 @@
 #include "store/internal.h"
 #include "util/log.h"
 
-static char dir[64];
-
-static void
-setup(void)
-{
-    log_set_level(LOG_LEVEL_ERROR);
-    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
-}
-
-static void
-teardown(void)
-{
-    tmpdir_rm(dir);
-}
-
-TestSuite(loccache, .init = setup, .fini = teardown);
+STORE_SUITE(loccache);
 
 static struct store *
 open_store(uint64_t seg_bytes)

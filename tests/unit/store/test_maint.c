@@ -11,22 +11,7 @@
 #include "meta/meta.h"
 #include "util/log.h"
 
-static char dir[64];
-
-static void
-setup(void)
-{
-    log_set_level(LOG_LEVEL_ERROR);
-    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
-}
-
-static void
-teardown(void)
-{
-    tmpdir_rm(dir);
-}
-
-TestSuite(maint, .init = setup, .fini = teardown);
+STORE_SUITE(maint);
 
 struct findings {
     int n;
@@ -135,6 +120,28 @@ Test(maint, broken_refcount_is_found_and_repaired)
     store_close(st);
 }
 
+/* Writes one entry straight into meta, as damage the store did not make. */
+static void
+put_behind_the_store(struct store *st, enum meta_cf cf, const void *k, size_t kl, const void *v,
+                     size_t vl)
+{
+    struct meta_batch *b = meta_batch_new();
+    meta_batch_put(b, cf, k, kl, v, vl);
+    cr_assert_eq(meta_batch_commit(store_meta(st), b, false), 0);
+    meta_batch_free(b);
+}
+
+/* check (no repair) reports exactly one problem, whose line contains what. */
+static void
+expect_one_finding(struct store *st, const char *what)
+{
+    struct findings f = {0};
+    struct store_check_result cr;
+    cr_assert_eq(store_check(st, false, NULL, on_finding, &f, &cr), 0);
+    cr_assert_eq(cr.problems, 1);
+    cr_assert(strstr(f.last, what) != NULL, "%s", f.last);
+}
+
 Test(maint, map_entry_naming_missing_chunk_is_found)
 {
     uint64_t ids[40];
@@ -142,15 +149,8 @@ Test(maint, map_entry_naming_missing_chunk_is_found)
     uint8_t k[META_MAP_KEY_LEN], v[8];
     meta_key_map_encode(k, 9, 9);
     meta_val_id_encode(v, 424242);
-    struct meta_batch *b = meta_batch_new();
-    meta_batch_put(b, META_CF_MAP, k, sizeof(k), v, 8);
-    cr_assert_eq(meta_batch_commit(store_meta(st), b, false), 0);
-    meta_batch_free(b);
-    struct findings f = {0};
-    struct store_check_result cr;
-    cr_assert_eq(store_check(st, false, NULL, on_finding, &f, &cr), 0);
-    cr_assert_eq(cr.problems, 1);
-    cr_assert(strstr(f.last, "424242") != NULL, "%s", f.last);
+    put_behind_the_store(st, META_CF_MAP, k, sizeof(k), v, 8);
+    expect_one_finding(st, "424242");
     store_close(st);
 }
 
@@ -165,15 +165,8 @@ Test(maint, chunk_entry_pointing_past_its_segment_is_found)
     struct meta_chunk_rec r;
     cr_assert_eq(meta_chunk_rec_decode(v, (size_t) n, &r), 0);
     r.off = 1ull << 40; /* no segment is that long */
-    struct meta_batch *b = meta_batch_new();
-    meta_batch_put(b, META_CF_CHUNK, k, sizeof(k), v, meta_chunk_rec_encode(v, &r));
-    cr_assert_eq(meta_batch_commit(store_meta(st), b, false), 0);
-    meta_batch_free(b);
-    struct findings f = {0};
-    struct store_check_result cr;
-    cr_assert_eq(store_check(st, false, NULL, on_finding, &f, &cr), 0);
-    cr_assert_eq(cr.problems, 1);
-    cr_assert(strstr(f.last, "ends past the segment") != NULL, "%s", f.last);
+    put_behind_the_store(st, META_CF_CHUNK, k, sizeof(k), v, meta_chunk_rec_encode(v, &r));
+    expect_one_finding(st, "ends past the segment");
     store_close(st);
 }
 
