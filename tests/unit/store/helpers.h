@@ -3,10 +3,14 @@
 #define DD_TEST_STORE_HELPERS_H
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fakes/tmpdir.h"
+#include "meta/keys.h"
+#include "meta/meta.h"
 #include "store/store.h"
 #include "util/hash.h"
 #include "util/log.h"
@@ -51,6 +55,31 @@ add(struct store_txn *tx, uint64_t seed, uint32_t len)
     uint64_t id = 0;
     cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_SHA256, h, 32, buf, len, &id), 0);
     return id;
+}
+
+/* Puts the `hash` entry naming chunk id into the transaction's batch, as the rocksdb index
+ * back-end does for a new chunk. */
+static inline void
+put_hash(struct store_txn *tx, uint64_t id)
+{
+    struct store_chunk_info ci;
+    cr_assert_eq(store_txn_chunk_get(tx, id, &ci), 0);
+    uint8_t hk[META_HASH_KEY_MAX], v[8];
+    size_t hl = meta_key_hash_encode(hk, ci.hash_alg, ci.hash, ci.hash_len);
+    meta_val_id_encode(v, id);
+    meta_batch_put(store_txn_batch(tx), META_CF_HASH, hk, hl, v, 8);
+}
+
+/* Opens the database of the (closed) store in data_dir directly, bypassing the store. */
+static inline struct meta *
+open_db_of(const char *data_dir, bool read_only)
+{
+    char db[256];
+    snprintf(db, sizeof(db), "%s/db", data_dir);
+    struct meta *m = NULL;
+    struct meta_options mo = {.read_only = read_only};
+    cr_assert_eq(meta_open(db, &mo, &m), 0);
+    return m;
 }
 
 static inline void

@@ -201,11 +201,7 @@ Test(badinput, newer_format_is_eproto)
 {
     uint64_t ids[N];
     populate(ids);
-    char db[256];
-    snprintf(db, sizeof(db), "%s/db", dir);
-    struct meta *m = NULL;
-    struct meta_options mo = {0};
-    cr_assert_eq(meta_open(db, &mo, &m), 0);
+    struct meta *m = open_db_of(dir, false);
     struct meta_batch *b = meta_batch_new();
     uint8_t v[4] = {0, 0, 0, DEDUPD_FORMAT_VERSION + 1};
     meta_batch_put(b, META_CF_META, "format_version", 14, v, 4);

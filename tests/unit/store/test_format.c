@@ -22,11 +22,7 @@ static struct store_options opts = {.seg_bytes = 64 << 10};
 static void
 make_format_1(void)
 {
-    char db[256];
-    snprintf(db, sizeof(db), "%s/db", dir);
-    struct meta *m = NULL;
-    struct meta_options mo = {0};
-    cr_assert_eq(meta_open(db, &mo, &m), 0);
+    struct meta *m = open_db_of(dir, false);
     struct meta_batch *b = meta_batch_new();
     struct meta_iter *it = meta_iter_new(m, META_CF_CHUNK);
     int n = 0;
@@ -82,12 +78,7 @@ Test(format, a_format_1_store_is_upgraded_and_keeps_working)
     for (unsigned i = 0; i < N; i++) {
         ids[i] = add(tx, 100 + i, 4096);
         cr_assert_eq(store_txn_map_set(tx, 1, i, ids[i]), 0);
-        struct store_chunk_info ci;
-        cr_assert_eq(store_txn_chunk_get(tx, ids[i], &ci), 0);
-        uint8_t hk[META_HASH_KEY_MAX], v[8];
-        size_t hl = meta_key_hash_encode(hk, ci.hash_alg, ci.hash, ci.hash_len);
-        meta_val_id_encode(v, ids[i]);
-        meta_batch_put(store_txn_batch(tx), META_CF_HASH, hk, hl, v, 8);
+        put_hash(tx, ids[i]);
     }
     cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
     cr_assert_eq(store_sync(st), 0);
@@ -117,11 +108,7 @@ Test(format, a_format_1_store_is_upgraded_and_keeps_working)
     cr_assert(rev_empty(st));
     store_close(st);
 
-    char db[256];
-    snprintf(db, sizeof(db), "%s/db", dir);
-    struct meta *m = NULL;
-    struct meta_options ro = {.read_only = true};
-    cr_assert_eq(meta_open(db, &ro, &m), 0);
+    struct meta *m = open_db_of(dir, true);
     uint8_t ver[4];
     cr_assert_eq(meta_get(m, META_CF_META, "format_version", 14, ver, 4), 4);
     cr_assert_eq(ver[3], DEDUPD_FORMAT_VERSION);

@@ -38,12 +38,7 @@ populated(uint64_t *ids)
     for (int i = 0; i < 40; i++) {
         ids[i] = add(tx, (uint64_t) i + 1, 4096);
         cr_assert_eq(store_txn_map_set(tx, 1, (uint64_t) i, ids[i]), 0);
-        struct store_chunk_info ci;
-        cr_assert_eq(store_txn_chunk_get(tx, ids[i], &ci), 0);
-        uint8_t hk[META_HASH_KEY_MAX], v[8];
-        size_t hl = meta_key_hash_encode(hk, ci.hash_alg, ci.hash, ci.hash_len);
-        meta_val_id_encode(v, ids[i]);
-        meta_batch_put(store_txn_batch(tx), META_CF_HASH, hk, hl, v, 8);
+        put_hash(tx, ids[i]);
     }
     for (int i = 0; i < 5; i++)
         cr_assert_eq(store_txn_map_set(tx, 2, (uint64_t) i, ids[i]), 0);

@@ -368,17 +368,6 @@ Test(store, bad_arguments_are_einval)
     store_close(st);
 }
 
-static void
-put_hash(struct store_txn *tx, uint64_t id)
-{
-    struct store_chunk_info ci;
-    cr_assert_eq(store_txn_chunk_get(tx, id, &ci), 0);
-    uint8_t hk[META_HASH_KEY_MAX], v[8];
-    size_t hl = meta_key_hash_encode(hk, ci.hash_alg, ci.hash, ci.hash_len);
-    meta_val_id_encode(v, id);
-    meta_batch_put(store_txn_batch(tx), META_CF_HASH, hk, hl, v, 8);
-}
-
 static int64_t
 hash_owner(struct store *st, uint64_t seed)
 {
