@@ -28,7 +28,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "util/crc32c.h"
 #include "util/log.h"
 
 #define GROUP_BYTES (4u << 20)
@@ -136,7 +135,7 @@ take_live(void *arg, uint64_t off, const struct store_record_hdr *h, const uint8
     int rc = lives_here(p->st, w->sg, off, h, &live);
     if (rc || !live)
         return rc;
-    if (crc32c(0, rec + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc) {
+    if (!store_record_data_ok(h, rec + STORE_RECORD_HDR_LEN)) {
         log_err("store: compaction: seg %" PRIu32 " off %" PRIu64 " (chunk %" PRIu64
                 "): corrupt record; left in place",
                 w->sg->id, off, h->chunk_id);

@@ -75,3 +75,9 @@ store_record_decode(const void *buf, size_t len, struct store_record_hdr *h)
         return -EBADMSG;
     return 0;
 }
+
+bool
+store_record_data_ok(const struct store_record_hdr *h, const void *data)
+{
+    return crc32c(0, data, h->stored_len) == h->data_crc;
+}

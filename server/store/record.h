@@ -24,6 +24,7 @@
 #ifndef DD_STORE_RECORD_H
 #define DD_STORE_RECORD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +51,8 @@ void store_record_encode(uint8_t out[STORE_RECORD_HDR_LEN], const struct store_r
 /* 0, -ENODATA when len < STORE_RECORD_HDR_LEN, -EBADMSG for a bad magic, version,
  * header CRC, or field out of range. Never trusts a byte before hdr_crc matches. */
 int store_record_decode(const void *buf, size_t len, struct store_record_hdr *h);
+/* Whether the stored bytes that follow header h (h->stored_len of them) match its data_crc. */
+bool store_record_data_ok(const struct store_record_hdr *h, const void *data);
 /* Header + stored bytes. */
 static inline uint64_t
 store_record_len(uint32_t stored_len)

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/crc32c.h"
 #include "util/log.h"
 
 /* The window through which the records since the last sync are walked. */
@@ -184,7 +183,7 @@ record_broken(void *arg, uint64_t off, const struct store_record_hdr *h, const u
 {
     (void) arg;
     (void) off;
-    return crc32c(0, rec + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc;
+    return !store_record_data_ok(h, rec + STORE_RECORD_HDR_LEN);
 }
 
 /* Every chunk whose entry puts it in sg at or past `from`: its record is read on its own;

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/crc32c.h"
 #include "util/log.h"
 
 void
@@ -370,9 +369,7 @@ store__read_record(struct store *st, struct store_seg *sg, uint64_t off, struct 
         if ((size_t) n != h->stored_len - have)
             return -EUCLEAN;
     }
-    if (crc32c(0, buf, h->stored_len) != h->data_crc)
-        return -EUCLEAN;
-    return 0;
+    return store_record_data_ok(h, buf) ? 0 : -EUCLEAN;
 }
 
 int
@@ -393,8 +390,7 @@ store__read_raw(struct store_seg *sg, uint64_t off, uint8_t *buf, size_t cap,
                             off + STORE_RECORD_HDR_LEN);
     if (n < 0)
         return (int) n;
-    if ((size_t) n != h->stored_len ||
-        crc32c(0, buf + STORE_RECORD_HDR_LEN, h->stored_len) != h->data_crc)
+    if ((size_t) n != h->stored_len || !store_record_data_ok(h, buf + STORE_RECORD_HDR_LEN))
         return -EUCLEAN;
     *len = total;
     return 0;

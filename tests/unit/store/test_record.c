@@ -72,6 +72,20 @@ Test(record, round_trip)
     cr_assert_eq(memcmp(d.hash, h.hash, 32), 0);
 }
 
+Test(record, data_ok_checks_the_stored_bytes_against_data_crc)
+{
+    uint8_t data[4096];
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (uint8_t) (i * 7 + 1);
+    struct store_record_hdr h = {.stored_len = sizeof(data), .data_crc = crc32c(0, data, 4096)};
+    cr_assert(store_record_data_ok(&h, data));
+    data[4095] ^= 1;
+    cr_assert(!store_record_data_ok(&h, data));
+    data[4095] ^= 1;
+    h.stored_len = 4095; /* the length is part of what is checked */
+    cr_assert(!store_record_data_ok(&h, data));
+}
+
 Test(record, every_truncation_point_is_enodata)
 {
     struct store_record_hdr h, d;
