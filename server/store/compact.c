@@ -31,7 +31,13 @@
 #include "util/log.h"
 
 #define GROUP_BYTES (4u << 20)
-#define POLL_SEC    5
+/* A group is committed before a record would take it past GROUP_BYTES, so the buffer
+ * needs room for GROUP_BYTES or for one record of the largest chunk size. */
+#define BUF_BYTES                                                                                  \
+    (GROUP_BYTES > STORE_RECORD_HDR_LEN + DEDUPD_CHUNK_MAX                                         \
+         ? GROUP_BYTES                                                                             \
+         : STORE_RECORD_HDR_LEN + DEDUPD_CHUNK_MAX)
+#define POLL_SEC 5
 
 struct pass {
     struct store *st;
@@ -40,8 +46,8 @@ struct pass {
     void *arg;
     struct store_progress prog;
     struct store_compact_result res;
-    uint8_t *buf; /* records to move, GROUP_BYTES */
-    uint8_t *win; /* the segment walk's window, GROUP_BYTES */
+    uint8_t *buf; /* records to move: GROUP_BYTES, or one record of any size (BUF_BYTES) */
+    uint8_t *win; /* the segment walk's window, STORE_WALK_BYTES */
     struct store_move *mv;
     size_t mv_cap;
 };
@@ -143,7 +149,7 @@ take_live(void *arg, uint64_t off, const struct store_record_hdr *h, const uint8
         return 0;
     }
     uint64_t len = store_record_len(h->stored_len);
-    if (GROUP_BYTES - w->used < len || w->n == p->mv_cap) {
+    if (w->n && (w->used + len > GROUP_BYTES || w->n == p->mv_cap)) {
         rc = commit_group(p, w->sg, w->n);
         if (rc)
             return rc;
@@ -164,7 +170,7 @@ copy_live(struct pass *p, struct store_seg *sg, uint64_t *bad)
 {
     struct live_walk w = {.p = p, .sg = sg, .bad = bad};
     uint64_t end;
-    int rc = store__seg_walk(sg, 0, sg->size, p->win, GROUP_BYTES, take_live, &w, &end);
+    int rc = store__seg_walk(sg, 0, sg->size, p->win, STORE_WALK_BYTES, take_live, &w, &end);
     if (rc == -EUCLEAN) {
         log_err("store: compaction: seg %" PRIu32 " off %" PRIu64 ": unreadable record header; "
                 "the records after it cannot be found, so the segment is kept (run scrub)",
@@ -199,7 +205,7 @@ finish_segment(struct pass *p, struct store_seg *sg)
      * walk): a sealed segment only ever loses live records, and only this pass moves them. */
     struct live_walk w = {.p = p, .sg = sg};
     uint64_t end;
-    int found = store__seg_walk(sg, 0, sg->size, p->win, GROUP_BYTES, find_live, &w, &end);
+    int found = store__seg_walk(sg, 0, sg->size, p->win, STORE_WALK_BYTES, find_live, &w, &end);
     if (found == 1) {
         log_err("store: compaction: seg %" PRIu32 ": chunk %" PRIu64 " still lives at off %" PRIu64
                 " after its records were moved; kept (run check)",
@@ -293,8 +299,8 @@ run_pass(struct pass *p, bool force)
         return -ENOMEM;
     p->prog.total = live;
     p->mv_cap = GROUP_BYTES / store_record_len(DEDUPD_CHUNK_MIN) + 1;
-    p->buf = malloc(GROUP_BYTES);
-    p->win = malloc(GROUP_BYTES);
+    p->buf = malloc(BUF_BYTES);
+    p->win = malloc(STORE_WALK_BYTES);
     p->mv = malloc(p->mv_cap * sizeof(*p->mv));
     int rc = (p->buf && p->win && p->mv) ? 0 : -ENOMEM;
     for (size_t i = 0; i < n && rc == 0; i++) {

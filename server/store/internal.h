@@ -218,11 +218,14 @@ int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
  * its stored bytes match data_crc is the callee's to check. Non-zero stops the walk. */
 typedef int (*store_walk_fn)(void *arg, uint64_t off, const struct store_record_hdr *h,
                              const uint8_t *rec);
+/* The window every segment walk reads through: 1 MiB more than the largest record, so that
+ * a record of the largest chunk size fits whole. */
+#define STORE_WALK_BYTES (DEDUPD_CHUNK_MAX + (1u << 20))
 /* Walks sg's records in [from, to) in order — from must be a record boundary — reading the
- * file through win (wcap >= store_record_len(DEDUPD_CHUNK_MAX) bytes). Stops at fn's
- * non-zero value (returned), or at a header that is short or does not decode, or a record
- * that does not end by `to` (-EUCLEAN: the records after it cannot be found). *end gets the
- * offset it stopped at (`to` after the last record). -errno on a read error. */
+ * file through win (wcap >= store_record_len(DEDUPD_CHUNK_MAX) bytes: STORE_WALK_BYTES). Stops at
+ * fn's non-zero value (returned), or at a header that is short or does not decode, or a record that
+ * does not end by `to` (-EUCLEAN: the records after it cannot be found). *end gets the offset it
+ * stopped at (`to` after the last record). -errno on a read error. */
 int store__seg_walk(struct store_seg *sg, uint64_t from, uint64_t to, uint8_t *win, size_t wcap,
                     store_walk_fn fn, void *arg, uint64_t *end);
 /* Reads the whole record at off (header + stored bytes) into buf and verifies it; *len

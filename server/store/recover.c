@@ -28,9 +28,6 @@
 
 #include "util/log.h"
 
-/* The window through which the records since the last sync are walked. */
-#define RECOVER_WALK_BYTES (4u << 20)
-
 static uint64_t
 rd64(const uint8_t *p)
 {
@@ -234,12 +231,11 @@ scan_lost(struct store *st, struct store_seg *sg, uint64_t from, uint8_t *buf, s
 static int
 verify_tail(struct store *st, struct store_seg *sg, uint64_t from, struct lost *lost)
 {
-    uint8_t *win = malloc(RECOVER_WALK_BYTES);
+    uint8_t *win = malloc(STORE_WALK_BYTES);
     if (!win)
         return -ENOMEM;
     uint64_t end;
-    int rc =
-        store__seg_walk(sg, from, sg->size, win, RECOVER_WALK_BYTES, record_broken, NULL, &end);
+    int rc = store__seg_walk(sg, from, sg->size, win, STORE_WALK_BYTES, record_broken, NULL, &end);
     if (rc == 1 || rc == -EUCLEAN) {
         log_warn("store: seg %" PRIu32 ": the records from off %" PRIu64 " to %" PRIu64
                  " did not all reach the disk; looking for chunks stored there",

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -278,4 +279,42 @@ Test(compact, an_unreadable_header_keeps_its_segment_and_loses_nothing)
     cr_assert_eq(n4.seg, c0.seg, "the one after it stayed");
     cr_assert_eq(n4.off, c4.off);
     expect_blocks_across_reopen(st, seed_of);
+}
+
+/* Records of the largest chunk size are walked and moved whole (they are larger than a
+ * group). */
+Test(compact, a_record_of_the_largest_chunk_size_is_moved)
+{
+    struct store_options o = {.seg_bytes = 16 << 20};
+    struct store *st = NULL;
+    cr_assert_eq(store_open(dir, &o, &st), 0);
+    uint8_t *big = malloc(DEDUPD_CHUNK_MAX), *got = malloc(DEDUPD_CHUNK_MAX);
+    cr_assert(big && got);
+    fill(big, DEDUPD_CHUNK_MAX, 77);
+    struct store_txn *tx;
+    uint64_t small, a, b;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    small = add(tx, 1, 4096);
+    cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, big, DEDUPD_CHUNK_MAX, &a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, small), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_txn_begin(st, &tx), 0); /* does not fit: seals the first segment */
+    cr_assert_eq(store_txn_add_chunk(tx, 0, NULL, 0, big, DEDUPD_CHUNK_MAX, &b), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 2, b), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, 0), 0); /* frees small: a dead byte there */
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info before, after;
+    cr_assert_eq(store_chunk_get(st, a, &before), 0);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, true, NULL, NULL, &res), 0);
+    cr_assert_geq(res.segments_compacted, 1);
+    cr_assert_eq(store_chunk_get(st, a, &after), 0);
+    cr_assert_neq(after.seg, before.seg, "the 8 MiB record moved");
+    cr_assert_eq(store_chunk_read(st, a, got, DEDUPD_CHUNK_MAX), (ssize_t) DEDUPD_CHUNK_MAX);
+    cr_assert_eq(memcmp(got, big, DEDUPD_CHUNK_MAX), 0);
+    expect_clean(st);
+    store_close(st);
+    free(big);
+    free(got);
 }
