@@ -4,6 +4,7 @@
 #
 #   bench/scale.sh [--chunks 10M] [--chunk-size 4K] [--size 1G] [--reps 3]
 #                  [--mem-total 20G] [--mem-step 1G] [--only scale|mem] [--quick] [--no-report]
+#                  [--keep-page-cache]
 #
 # scale: write SIZE of fresh unique data (fio nbd engine, 4 connections of 1 MiB writes at
 #   queue depth 16, --refill_buffers) into an empty store, REPS times into fresh ranges; then
@@ -11,6 +12,10 @@
 #   repeat the same measurement beyond the filled range, once the server is idle again
 #   (RocksDB flushes and compactions of the fill done; bounded wait). Reports full / empty.
 #   CHUNKS takes binary suffixes: 10M = 10485760 chunks (40 GiB of 4 KiB chunks).
+#   Both stores start their timed writes from the same page-cache state: written back
+#   and, as root, dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`): the fill leaves
+#   RAM full of its recently used pages, which alone cost the full store a third of its
+#   write speed (docs/benchmarks.md). --keep-page-cache skips the drop.
 # mem: write fresh unique data MEM-STEP at a time into one store up to MEM-TOTAL logical,
 #   sampling VmRSS, VmHWM and disk use after every step.
 # --quick: --chunks 64K --size 64M --reps 1 --mem-total 512M --mem-step 128M unless given.
@@ -21,9 +26,9 @@ set -euo pipefail
 BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$BENCH_ROOT/bench/lib.sh"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
-chunks="" chunk_size=4K size="" reps="" mem_total="" mem_step="" only="" quick=0 report=1
+chunks="" chunk_size=4K size="" reps="" mem_total="" mem_step="" only="" quick=0 report=1 drop=1
 server=${BENCH_SCALE_SERVER:-dedupd-rocksdb}
 out=$BENCH_ROOT/bench/out
 while [ $# -gt 0 ]; do
@@ -37,6 +42,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --no-report) report=0; shift ;;
+    --keep-page-cache) drop=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "scale.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -77,6 +83,11 @@ trap 'exit 130' INT TERM
     echo "commit $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "server $server"
     echo "parameters chunks=$chunks chunk_size=$cs_b size=$size_b reps=$reps mem_total=$mem_total_b mem_step=$mem_step_b"
+    if [ "$drop" -eq 1 ] && [ -w /proc/sys/vm/drop_caches ]; then
+        echo "page_cache synced and dropped before each store's timed writes"
+    else
+        echo "page_cache synced (not dropped) before each store's timed writes"
+    fi
 } >"$out/scale-machine.txt"
 
 # fio_write URI OFFSET BYTES JSON: unique data in 4 parallel connections; prints MiB/s.
@@ -87,6 +98,14 @@ fio_write() {
         --randrepeat=0 --group_reporting --output-format=json --output="$4" >/dev/null 2>&1 ||
         return 1
     "$PY" -c 'import json,sys; print("%.2f" % (json.load(open(sys.argv[1]))["jobs"][0]["write"]["bw"] / 1024))' "$4"
+}
+
+# Written back, then dropped when allowed; says which in scale-machine.txt.
+page_cache_reset() {
+    sync
+    if [ "$drop" -eq 1 ] && [ -w /proc/sys/vm/drop_caches ]; then
+        echo 3 >/proc/sys/vm/drop_caches
+    fi
 }
 
 dd_chunks() { # chunk count from the stats, or empty
@@ -110,6 +129,7 @@ if [ "$only" != mem ]; then
             echo "scale.sh: filled at $v MiB/s; waiting for the server to go idle" >&2
         fi
         srv_settle 300
+        page_cache_reset
         n=$(dd_chunks)
         [ -n "$n" ] || n=$([ "$store" = full ] && echo $((fill / cs_b)) || echo 0)
         for ((r = 1; r <= reps; r++)); do
