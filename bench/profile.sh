@@ -15,7 +15,7 @@ set -euo pipefail
 BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$BENCH_ROOT/bench/lib.sh"
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 server=dedupd-rocksdb workload=unique size=512M cg=fp
 out=$BENCH_ROOT/bench/out

@@ -13,6 +13,8 @@
 #   vm      nbdcopy of an ext4 image of unpacked .debs (cached)        then read it back
 #   zero    nbdcopy of a sparse all-zero file (WRITE_ZEROES)           then read it back
 #   rand    prefill with random data, then fio 4 KiB random writes and reads at QD16
+# Before every timed phase the page cache is written back (sync), so no server pays for
+# the write-back of the data an earlier one left dirty (nbdkit and nbd-server never flush).
 # nbdcopy runs with --connections=4 --threads=4. Results: bench/out/results.tsv, raw logs
 # in bench/out/raw/, then bench/report.py writes docs/benchmarks.md and docs/img/*.png.
 # A server that is not installed (or dedupd not built) is skipped with a note. --scale runs
@@ -22,7 +24,7 @@ set -euo pipefail
 BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$BENCH_ROOT/bench/lib.sh"
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 size="" reps="" rand_time="" quick=0 report=1 scale=0
 servers="nbdkit-file,qemu-nbd,nbd-server,dedupd-rocksdb,dedupd-memory,dedupd-xxh3v"
@@ -157,6 +159,7 @@ EOF
 # timed_copy FROM TO LOG: nanoseconds on stdout, or fails.
 timed_copy() {
     local t0 t1
+    sync
     t0=$(now_ns)
     nbdcopy --connections=4 --threads=4 "$1" "$2" >"$3" 2>&1 || return 1
     t1=$(now_ns)
@@ -164,6 +167,7 @@ timed_copy() {
 }
 
 fio_run() { # MODE URI JSON
+    sync
     fio --name="$1" --ioengine=nbd --uri="$2" --rw="$1" --bs=4k --iodepth=16 --size="$size_b" \
         --time_based --runtime="$rand_time" --ramp_time=1 --refill_buffers --norandommap \
         --randrepeat=0 --output-format=json --output="$3" >/dev/null 2>&1 || return 1

@@ -26,7 +26,7 @@ set -euo pipefail
 BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$BENCH_ROOT/bench/lib.sh"
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 chunks="" chunk_size=4K size="" reps="" mem_total="" mem_step="" only="" quick=0 report=1 drop=1
 server=${BENCH_SCALE_SERVER:-dedupd-rocksdb}
