@@ -13,8 +13,9 @@
 #   vm      nbdcopy of an ext4 image of unpacked .debs (cached)        then read it back
 #   zero    nbdcopy of a sparse all-zero file (WRITE_ZEROES)           then read it back
 #   rand    prefill with random data, then fio 4 KiB random writes and reads at QD16
-# Before every timed phase the page cache is written back (sync), so no server pays for
-# the write-back of the data an earlier one left dirty (nbdkit and nbd-server never flush).
+# Before every timed phase the page cache is written back (sync): no phase starts while the
+# data an earlier server left dirty is still being written (nbdkit and nbd-server never
+# flush). It did not make the page-cache writers' own speed steady (docs/benchmarks.md).
 # nbdcopy runs with --connections=4 --threads=4. Results: bench/out/results.tsv, raw logs
 # in bench/out/raw/, then bench/report.py writes docs/benchmarks.md and docs/img/*.png.
 # A server that is not installed (or dedupd not built) is skipped with a note. --scale runs
