@@ -57,6 +57,7 @@ cs_b=$(to_bytes "$chunk_size")
 reps=${reps:-3}
 mem_total_b=$(to_bytes "${mem_total:-20G}")
 mem_step_b=$(to_bytes "${mem_step:-1G}")
+[ -w /proc/sys/vm/drop_caches ] || drop=0 # not root: synced only
 case $only in "" | scale | mem) ;; *) echo "scale.sh: --only scale|mem" >&2; exit 2 ;; esac
 for v in "$size_b" "$mem_step_b"; do
     if [ "$v" -le 0 ] || [ $((v % (4 << 20))) -ne 0 ]; then
@@ -83,7 +84,7 @@ trap 'exit 130' INT TERM
     echo "commit $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "server $server"
     echo "parameters chunks=$chunks chunk_size=$cs_b size=$size_b reps=$reps mem_total=$mem_total_b mem_step=$mem_step_b"
-    if [ "$drop" -eq 1 ] && [ -w /proc/sys/vm/drop_caches ]; then
+    if [ "$drop" -eq 1 ]; then
         echo "page_cache synced and dropped before each store's timed writes"
     else
         echo "page_cache synced (not dropped) before each store's timed writes"
@@ -100,12 +101,10 @@ fio_write() {
     "$PY" -c 'import json,sys; print("%.2f" % (json.load(open(sys.argv[1]))["jobs"][0]["write"]["bw"] / 1024))' "$4"
 }
 
-# Written back, then dropped when allowed; says which in scale-machine.txt.
+# Written back, then dropped unless --keep-page-cache or not root (scale-machine.txt says).
 page_cache_reset() {
     sync
-    if [ "$drop" -eq 1 ] && [ -w /proc/sys/vm/drop_caches ]; then
-        echo 3 >/proc/sys/vm/drop_caches
-    fi
+    if [ "$drop" -eq 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
 }
 
 dd_chunks() { # chunk count from the stats, or empty
