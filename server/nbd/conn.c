@@ -122,6 +122,15 @@ on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
 {
     (void) suggested;
     struct nbd_conn *c = h->data;
+    if (c->state == NBD_CONN_REQ_PAYLOAD && c->in_pos == c->in_len &&
+        c->cur->len - c->pay_have >= NBD_DIRECT_MIN) {
+        c->in_direct = true;
+        c->in_pos = c->in_len = 0;
+        b->base = (char *) c->cur->buf + c->pay_have;
+        b->len = c->cur->len - c->pay_have;
+        return;
+    }
+    c->in_direct = false;
     if (c->in_pos > 0) {
         memmove(c->inbuf, c->inbuf + c->in_pos, c->in_len - c->in_pos);
         c->in_len -= c->in_pos;
@@ -136,6 +145,8 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
 {
     (void) b;
     struct nbd_conn *c = s->data;
+    bool direct = c->in_direct;
+    c->in_direct = false;
     if (nread == 0 || nread == UV_ENOBUFS)
         return;
     if (nread < 0) {
@@ -151,7 +162,14 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
         }
         return;
     }
-    c->in_len += (size_t) nread;
+    if (direct) {
+        /* Straight into the payload (on_alloc): nothing to parse until it is complete. */
+        c->pay_have += (uint32_t) nread;
+        if (c->pay_have == c->cur->len)
+            nbd__tx_payload_done(c);
+    } else {
+        c->in_len += (size_t) nread;
+    }
     process(c);
 }
 

@@ -70,6 +70,10 @@ enum nbd_conn_state {
 #define NBD_HANDSHAKE_WQ_MAX (1u << 20)
 /* Input buffer: one read() worth; payloads are copied out of it into request buffers. */
 #define NBD_INBUF_SIZE (64u << 10)
+/* A WRITE payload with at least this much still to come, and nothing of it buffered, is
+ * read from the socket straight into the request's buffer: no copy through inbuf. Smaller
+ * rests go through inbuf, so the next request headers arrive in the same read. */
+#define NBD_DIRECT_MIN (64u << 10)
 
 struct nbd_req {
     struct engine_req er;
@@ -114,6 +118,7 @@ struct nbd_conn {
     /* input */
     uint8_t *inbuf;
     size_t in_pos, in_len;
+    bool in_direct; /* the read in progress goes straight into cur's payload (conn.c) */
     uint8_t hdr[32]; /* fixed-size message being assembled */
     size_t hdr_have;
     uint64_t skip_left; /* OPT_SKIP / REQ_SKIP */

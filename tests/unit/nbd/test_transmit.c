@@ -121,6 +121,65 @@ Test(transmit, simple_write_then_read_back)
     close(fd);
 }
 
+/* Large payloads are read from the socket straight into the request's buffer once nothing
+ * of them is buffered (NBD_DIRECT_MIN): whatever way the bytes are split, every WRITE lands
+ * whole and the request after it is parsed from the right byte. */
+Test(transmit, large_writes_land_whole_however_the_payload_is_split)
+{
+    int fd = h_connect(&h);
+    cl_go(fd, "", false, NULL, NULL);
+    const uint32_t len = 3 * NBD_DIRECT_MIN + 4096 + 7;
+    uint8_t *w1 = malloc(len), *w2 = malloc(len), *r = malloc(len);
+    fill(w1, len, 5);
+    fill(w2, len, 9);
+    /* 1: header and a few payload bytes, a pause (the server buffers them), the rest in
+     * two sends with a pause between (the server reads directly, then through inbuf). */
+    struct nbd_request q = {htobe32(NBD_REQUEST_MAGIC), 0, htobe16(NBD_CMD_WRITE), htobe64(1),
+                            htobe64(0), htobe32(len)};
+    cr_assert(cl_send(fd, &q, sizeof(q)));
+    cr_assert(cl_send(fd, w1, 10));
+    usleep(20000);
+    cr_assert(cl_send(fd, w1 + 10, NBD_DIRECT_MIN + 5));
+    usleep(20000);
+    cr_assert(cl_send(fd, w1 + 10 + NBD_DIRECT_MIN + 5, len - 10 - NBD_DIRECT_MIN - 5));
+    uint64_t ck;
+    cr_assert_eq(cl_simple(fd, &ck), 0);
+    cr_assert_eq(ck, 1);
+    /* 2: two writes back to back in one buffer: the first payload's end and the second
+     * header arrive in the same read. */
+    size_t one = sizeof(q) + len, all = 2 * one;
+    uint8_t *burst = malloc(all);
+    q.cookie = htobe64(2);
+    q.offset = htobe64(len);
+    memcpy(burst, &q, sizeof(q));
+    memcpy(burst + sizeof(q), w2, len);
+    q.cookie = htobe64(3);
+    q.offset = htobe64(2 * (uint64_t) len);
+    memcpy(burst + one, &q, sizeof(q));
+    memcpy(burst + one + sizeof(q), w1, len);
+    cr_assert(cl_send(fd, burst, all));
+    bool got[4] = {false};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(cl_simple(fd, &ck), 0);
+        cr_assert(ck >= 2 && ck <= 3 && !got[ck]);
+        got[ck] = true;
+    }
+    /* Everything where it belongs. */
+    const uint8_t *want[3] = {w1, w2, w1};
+    for (uint64_t k = 0; k < 3; k++) {
+        cl_req(fd, NBD_CMD_READ, 0, 10 + k, k * len, len, NULL);
+        cr_assert_eq(cl_simple(fd, &ck), 0);
+        cr_assert_eq(ck, 10 + k);
+        cr_assert(cl_recv(fd, r, len));
+        cr_assert_eq(memcmp(r, want[k], len), 0, "write %lu read back wrong", (unsigned long) k);
+    }
+    free(burst);
+    free(w1);
+    free(w2);
+    free(r);
+    close(fd);
+}
+
 Test(transmit, structured_read_sends_holes_for_zero_chunks)
 {
     int fd = h_connect(&h);
