@@ -11,19 +11,6 @@
 #include "store/store.h"
 #include "util/log.h"
 
-struct id_scan {
-    uint64_t first;
-    uint64_t *ids; /* by chunk index - first; 0 = unmapped */
-};
-
-static int
-collect_id(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
-{
-    struct id_scan *s = arg;
-    s->ids[chunk_idx - s->first] = chunk_id;
-    return 0;
-}
-
 /* [*lo, *hi): the bytes of the chunk at cstart that the request [off, off+len) covers. */
 static void
 overlap(uint64_t cstart, uint32_t cs, uint64_t off, uint32_t len, uint64_t *lo, uint64_t *hi)
@@ -64,12 +51,11 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
             rc = 0;
         }
     } else {
-        /* One iterator pass over the map beats n point reads. */
-        ids = calloc(n, sizeof(*ids));
+        /* The location cache, or one iterator pass over the map: both beat n point reads. */
+        ids = malloc(n * sizeof(*ids));
         if (!ids)
             return -ENOMEM;
-        struct id_scan s = {.first = first, .ids = ids};
-        rc = store_map_scan(e->st, xs->id, first, n, collect_id, &s);
+        rc = store_map_get_range(e->st, xs->id, first, n, ids);
     }
     uint8_t *scratch = NULL;
     /* Whole mapped chunks of a multi-chunk read go to the store in one call (one iterator

@@ -81,6 +81,13 @@ int store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *con
 /* Block map lookups. 0 and *chunk_id, or -ENOENT when unmapped (reads as zeros). */
 int store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id);
 
+/* The map entries of chunks [first, first + n) of an export: ids[i] is chunk first+i's id,
+ * 0 when unmapped. From the location cache when it holds all of them (a sequential read
+ * of recently written data), else with one iterator pass, whose answers then fill the
+ * cache. 0 or -errno. */
+int store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, uint64_t n,
+                        uint64_t *ids);
+
 /* Non-blocking twins of store_map_get and store_chunk_read for the event loop (cached.c):
  * they answer only from memory (RocksDB memtables and block cache, the page cache) and
  * return -EAGAIN wherever the blocking call would wait for the disk or take the commit

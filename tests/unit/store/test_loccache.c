@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "fakes/io_fake.h"
 #include "helpers.h"
@@ -174,4 +175,56 @@ Test(loccache, cached_reads_answer_from_memory_or_decline)
     expect_bytes(st, b, 22, 4096);
     store_close(st);
     io_fake_uninstall();
+}
+
+/* store_map_get_range answers like store_map_get for every index, whichever way it takes:
+ * all from the cache, an iterator pass over many misses, point reads of a few; and what it
+ * had to read from RocksDB is in the cache afterwards. */
+Test(loccache, map_range_answers_like_point_reads_and_fills_the_cache)
+{
+    struct store *st = open_store(0);
+    enum { N = 40 };
+    uint64_t want[N + 8];
+    for (uint64_t i = 0; i < N + 8; i++)
+        want[i] = (i < N && i != 3 && i != 17 && i != 30) ? map_one(st, i, 100 + i) : 0;
+    uint64_t got[N + 8];
+    uint64_t id;
+    uint32_t gen;
+
+    /* Every entry was set by its commit: all from the cache. */
+    cr_assert_eq(store_map_get_range(st, 1, 0, N + 8, got), 0);
+    for (uint64_t i = 0; i < N + 8; i++)
+        cr_assert_eq(got[i], want[i], "cached: index %lu", (unsigned long) i);
+
+    /* Nothing cached: one iterator pass, then all of it cached (holes as holes). */
+    store__loc_clear(st);
+    memset(got, 0xa5, sizeof(got));
+    cr_assert_eq(store_map_get_range(st, 1, 0, N + 8, got), 0);
+    for (uint64_t i = 0; i < N + 8; i++) {
+        cr_assert_eq(got[i], want[i], "scanned: index %lu", (unsigned long) i);
+        cr_assert(store__loc_map_get(st, 1, i, &id, &gen), "index %lu not filled", (unsigned long) i);
+        cr_assert_eq(id, want[i]);
+    }
+
+    /* Two misses among hits (a hole and a mapped chunk): point reads, then cached. */
+    store__loc_clear(st);
+    for (uint64_t i = 0; i < N; i++)
+        if (i != 17 && i != 21)
+            mapped(st, i);
+    cr_assert(!store__loc_map_get(st, 1, 21, &id, &gen));
+    memset(got, 0xa5, sizeof(got));
+    cr_assert_eq(store_map_get_range(st, 1, 0, N, got), 0);
+    for (uint64_t i = 0; i < N; i++)
+        cr_assert_eq(got[i], want[i], "mixed: index %lu", (unsigned long) i);
+    cr_assert(store__loc_map_get(st, 1, 21, &id, &gen) && id == want[21]);
+    cr_assert(store__loc_map_get(st, 1, 17, &id, &gen) && id == 0);
+
+    /* A later change is what the range sees. */
+    uint64_t b = map_one(st, 21, 999);
+    map_one(st, 22, 0);
+    cr_assert_eq(store_map_get_range(st, 1, 20, 3, got), 0);
+    cr_assert_eq(got[0], want[20]);
+    cr_assert_eq(got[1], b);
+    cr_assert_eq(got[2], 0);
+    store_close(st);
 }
