@@ -13,6 +13,9 @@
 #                             (hwm_kib rss_kib store_du_bytes and the stats counters)
 #   srv_settle [MAX]          wait until the running server is idle (bounded)
 #   now_ns / mibs BYTES NS    clock and throughput helpers
+#   page_cache_reset [FILE..] write the page cache back and, when BENCH_DROP_CACHE is 1 and
+#                             we are root, drop it; then read the FILEs back in (a client's
+#                             source data stays in memory)
 #   make_random / make_dup FILE BYTES SEED   source data (unique / one 1 MiB block repeated)
 #
 # Every server binds 127.0.0.1 only, on a port the kernel picked; every wait is bounded.
@@ -48,6 +51,19 @@ make_dup() { # FILE BYTES SEED: one 1 MiB random block repeated
 }
 
 now_ns() { date +%s%N; }
+
+# 1: page_cache_reset drops clean pages too (--keep-page-cache sets 0; exported, so
+# bench/scale.sh started by bench/run.sh --scale follows run.sh).
+export BENCH_DROP_CACHE=${BENCH_DROP_CACHE:-1}
+[ -w /proc/sys/vm/drop_caches ] || BENCH_DROP_CACHE=0 # not root: written back only
+
+page_cache_reset() {
+    sync
+    [ "$BENCH_DROP_CACHE" -eq 1 ] || return 0
+    echo 3 >/proc/sys/vm/drop_caches
+    local f
+    for f in "$@"; do cat "$f" >/dev/null; done
+}
 
 # mibs BYTES NS: MiB/s with two decimals.
 mibs() { awk -v b="$1" -v t="$2" 'BEGIN { printf "%.2f", (b / 1048576) / (t / 1e9) }'; }

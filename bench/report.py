@@ -128,6 +128,9 @@ def machine_lines(mach):
         f"{mach.get('reps', '?')}; random I/O: {mach.get('rand_time', '?')} s per direction",
         f"- Peers: {mach.get('nbdkit', '?')}; {mach.get('qemu_nbd', '?')}; nbd-server "
         f"{mach.get('nbd_server', '?')}; client {mach.get('nbdcopy', '?')}, {mach.get('fio', '?')}",
+        "- Page cache: written back before every timed phase"
+        + ("; dropped before every timed sequential write (source read back in)"
+           if mach.get("page_cache_drop") == "1" else " (not dropped)"),
         f"- dedupd: {mach.get('dedupd', 'none')}"
         + (f", binary `{mach['dedupd_bin']}`" if "dedupd_bin" in mach else "")
         + (f", built from {mach['dedupd_source']}" if "dedupd_source" in mach else ""),

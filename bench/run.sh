@@ -2,7 +2,7 @@
 # bench/run.sh: dedupd side by side with peer NBD servers, one command.
 #
 #   bench/run.sh [--size 2G] [--reps 3] [--quick] [--servers LIST] [--workloads LIST]
-#                [--rand-time SECONDS] [--scale] [--no-report]
+#                [--rand-time SECONDS] [--scale] [--no-report] [--keep-page-cache]
 #
 # For every repetition, every workload and every server (the server order rotates so that
 # no server always runs first or last), it starts the server on 127.0.0.1 over a fresh data
@@ -15,7 +15,12 @@
 #   rand    prefill with random data, then fio 4 KiB random writes and reads at QD16
 # Before every timed phase the page cache is written back (sync): no phase starts while the
 # data an earlier server left dirty is still being written (nbdkit and nbd-server never
-# flush). It did not make the page-cache writers' own speed steady (docs/benchmarks.md).
+# flush). Before every timed sequential write it is also dropped, as root (the source file
+# is then read back into memory): with only the sync, `nbdkit file` alone wrote 2 GiB at
+# 800-1950 MiB/s depending on what earlier runs left cached, with the drop at 1750-1980
+# (docs/benchmarks.md); dedupd's writes did not change. Reads, and the random I/O after its
+# prefill, start from the page cache their writes left, as a client would find it.
+# --keep-page-cache skips the drops.
 # nbdcopy runs with --connections=4 --threads=4. Results: bench/out/results.tsv, raw logs
 # in bench/out/raw/, then bench/report.py writes docs/benchmarks.md and docs/img/*.png.
 # A server that is not installed (or dedupd not built) is skipped with a note. --scale runs
@@ -41,6 +46,7 @@ while [ $# -gt 0 ]; do
     --rand-time) rand_time=$2; shift 2 ;;
     --scale) scale=1; shift ;;
     --no-report) report=0; shift ;;
+    --keep-page-cache) BENCH_DROP_CACHE=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -98,6 +104,7 @@ trap 'exit 130' INT TERM
     echo "servers $servers"
     echo "workloads $workloads"
     echo "quick $quick"
+    echo "page_cache_drop $BENCH_DROP_CACHE"
     echo "nbdkit $(nbdkit --version 2>/dev/null | head -n1)"
     echo "qemu_nbd $(qemu-nbd --version 2>/dev/null | head -n1)"
     echo "nbd_server $(nbd-server -V 2>&1 | sed -n 's/.*version //p' | head -n1)"
@@ -198,6 +205,7 @@ run_case() { # uses rep w s
         vm) srcfile=$vm_image ;;
         zero) srcfile=$src/zero.bin ;;
         esac
+        page_cache_reset "$srcfile"
         if ns=$(timed_copy "$srcfile" "$SRV_URI" "$out/raw/$tag.write.log"); then
             record write_mibs "$(mibs "$size_b" "$ns")"
         else

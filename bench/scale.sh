@@ -28,7 +28,7 @@ BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
-chunks="" chunk_size=4K size="" reps="" mem_total="" mem_step="" only="" quick=0 report=1 drop=1
+chunks="" chunk_size=4K size="" reps="" mem_total="" mem_step="" only="" quick=0 report=1
 server=${BENCH_SCALE_SERVER:-dedupd-rocksdb}
 out=$BENCH_ROOT/bench/out
 while [ $# -gt 0 ]; do
@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --no-report) report=0; shift ;;
-    --keep-page-cache) drop=0; shift ;;
+    --keep-page-cache) BENCH_DROP_CACHE=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "scale.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -57,7 +57,6 @@ cs_b=$(to_bytes "$chunk_size")
 reps=${reps:-3}
 mem_total_b=$(to_bytes "${mem_total:-20G}")
 mem_step_b=$(to_bytes "${mem_step:-1G}")
-[ -w /proc/sys/vm/drop_caches ] || drop=0 # not root: synced only
 case $only in "" | scale | mem) ;; *) echo "scale.sh: --only scale|mem" >&2; exit 2 ;; esac
 for v in "$size_b" "$mem_step_b"; do
     if [ "$v" -le 0 ] || [ $((v % (4 << 20))) -ne 0 ]; then
@@ -84,7 +83,7 @@ trap 'exit 130' INT TERM
     echo "commit $(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "server $server"
     echo "parameters chunks=$chunks chunk_size=$cs_b size=$size_b reps=$reps mem_total=$mem_total_b mem_step=$mem_step_b"
-    if [ "$drop" -eq 1 ]; then
+    if [ "$BENCH_DROP_CACHE" -eq 1 ]; then
         echo "page_cache synced and dropped before each store's timed writes"
     else
         echo "page_cache synced (not dropped) before each store's timed writes"
@@ -99,12 +98,6 @@ fio_write() {
         --randrepeat=0 --group_reporting --output-format=json --output="$4" >/dev/null 2>&1 ||
         return 1
     "$PY" -c 'import json,sys; print("%.2f" % (json.load(open(sys.argv[1]))["jobs"][0]["write"]["bw"] / 1024))' "$4"
-}
-
-# Written back, then dropped unless --keep-page-cache or not root (scale-machine.txt says).
-page_cache_reset() {
-    sync
-    if [ "$drop" -eq 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
 }
 
 dd_chunks() { # chunk count from the stats, or empty
