@@ -13,14 +13,16 @@
 #   vm      nbdcopy of an ext4 image of unpacked .debs (cached)        then read it back
 #   zero    nbdcopy of a sparse all-zero file (WRITE_ZEROES)           then read it back
 #   rand    prefill with random data, then fio 4 KiB random writes and reads at QD16
-# Before every timed phase the page cache is written back (sync): no phase starts while the
-# data an earlier server left dirty is still being written (nbdkit and nbd-server never
-# flush). Before every timed sequential write it is also dropped, as root (the source file
-# is then read back into memory): with only the sync, `nbdkit file` alone wrote 2 GiB at
-# 800-1950 MiB/s depending on what earlier runs left cached, with the drop at 1750-1980
-# (docs/benchmarks.md); dedupd's writes did not change. Reads, and the random I/O after its
-# prefill, start from the page cache their writes left, as a client would find it.
-# --keep-page-cache skips the drops.
+# Before every timed phase the deferred work of the phase before it is done: the page
+# cache is written back (sync; nbdkit and nbd-server never flush), and dedupd is left to
+# go idle (srv_settle), so no phase pays for the RocksDB flushes and compactions an earlier
+# one left (a random read right after 20 s of random writes ran at 87-95k IOPS, after a
+# pause at 133-138k). Before every timed sequential write the page cache is also dropped,
+# as root, and the source file read back into memory: with only the sync, `nbdkit file`
+# alone wrote 2 GiB at 800-1950 MiB/s depending on what earlier runs had left cached, with
+# the drop at 1750-1980 (docs/benchmarks.md); dedupd's writes did not change. Reads, and
+# the random I/O after its prefill, start from the page cache their writes left, as a
+# client would find it. --keep-page-cache skips the drops.
 # nbdcopy runs with --connections=4 --threads=4. Results: bench/out/results.tsv, raw logs
 # in bench/out/raw/, then bench/report.py writes docs/benchmarks.md and docs/img/*.png.
 # A server that is not installed (or dedupd not built) is skipped with a note. --scale runs
@@ -164,10 +166,18 @@ h.shutdown()
 EOF
 }
 
+# Before a timed phase: the deferred work of the phase before it is done. For the page-
+# cache writers that is the kernel's write-back (sync); for dedupd also its own RocksDB
+# memtable flushes and compactions (srv_settle: its CPU use falls below 5% for 2 s).
+settle() {
+    if srv_is_dedupd; then srv_settle 120; fi
+    sync
+}
+
 # timed_copy FROM TO LOG: nanoseconds on stdout, or fails.
 timed_copy() {
     local t0 t1
-    sync
+    settle
     t0=$(now_ns)
     nbdcopy --connections=4 --threads=4 "$1" "$2" >"$3" 2>&1 || return 1
     t1=$(now_ns)
@@ -175,7 +185,7 @@ timed_copy() {
 }
 
 fio_run() { # MODE URI JSON
-    sync
+    settle
     fio --name="$1" --ioengine=nbd --uri="$2" --rw="$1" --bs=4k --iodepth=16 --size="$size_b" \
         --time_based --runtime="$rand_time" --ramp_time=1 --refill_buffers --norandommap \
         --randrepeat=0 --output-format=json --output="$3" >/dev/null 2>&1 || return 1
