@@ -68,7 +68,8 @@ enum nbd_conn_state {
 /* Stop reading while this much option-reply data waits to be sent (a client that sends
  * LIST forever without reading must not grow our memory). */
 #define NBD_HANDSHAKE_WQ_MAX (1u << 20)
-/* Input buffer: one read() worth; payloads are copied out of it into request buffers. */
+/* Input buffer: one read() worth; headers and small payloads are copied out of it (large
+ * payloads mostly bypass it: NBD_DIRECT_MIN). */
 #define NBD_INBUF_SIZE (64u << 10)
 /* A WRITE payload with at least this much still to come, and nothing of it buffered, is
  * read from the socket straight into the request's buffer: no copy through inbuf. Smaller

@@ -337,8 +337,9 @@ range_collect(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
 
 /* Misses of one store_map_get_range call read one by one rather than by an iterator: a
  * point read of a key the memtable holds is cheaper than building an iterator, for a few.
- * A 2 GiB export's map entries fill the cache about half, and collisions leave a few
- * percent of them out: ~3 misses in a 64-chunk read. */
+ * A 2 GiB export's half-million map entries fit the cache's 2^19 two-way buckets only
+ * about nine in ten (collisions), so a 64-chunk read of it misses a few; one that misses
+ * more takes the iterator pass. */
 #define RANGE_POINT_MAX 16
 
 int
