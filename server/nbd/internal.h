@@ -119,7 +119,7 @@ struct nbd_conn {
     /* input */
     uint8_t *inbuf;
     size_t in_pos, in_len;
-    bool in_direct; /* the read in progress goes straight into cur's payload (conn.c) */
+    bool in_direct;  /* the read in progress goes straight into cur's payload (conn.c) */
     uint8_t hdr[32]; /* fixed-size message being assembled */
     size_t hdr_have;
     uint64_t skip_left; /* OPT_SKIP / REQ_SKIP */

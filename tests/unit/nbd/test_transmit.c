@@ -134,9 +134,7 @@ Test(transmit, large_writes_land_whole_however_the_payload_is_split)
     fill(w2, len, 9);
     /* 1: header and a few payload bytes, a pause (the server buffers them), the rest in
      * two sends with a pause between (the server reads directly, then through inbuf). */
-    struct nbd_request q = {htobe32(NBD_REQUEST_MAGIC), 0, htobe16(NBD_CMD_WRITE), htobe64(1),
-                            htobe64(0), htobe32(len)};
-    cr_assert(cl_send(fd, &q, sizeof(q)));
+    cl_req(fd, NBD_CMD_WRITE, 0, 1, 0, len, NULL); /* the header only */
     cr_assert(cl_send(fd, w1, 10));
     usleep(20000);
     cr_assert(cl_send(fd, w1 + 10, NBD_DIRECT_MIN + 5));
@@ -147,6 +145,8 @@ Test(transmit, large_writes_land_whole_however_the_payload_is_split)
     cr_assert_eq(ck, 1);
     /* 2: two writes back to back in one buffer: the first payload's end and the second
      * header arrive in the same read. */
+    struct nbd_request q = {
+        .magic = htobe32(NBD_REQUEST_MAGIC), .type = htobe16(NBD_CMD_WRITE), .len = htobe32(len)};
     size_t one = sizeof(q) + len, all = 2 * one;
     uint8_t *burst = malloc(all);
     q.cookie = htobe64(2);

@@ -202,7 +202,8 @@ Test(loccache, map_range_answers_like_point_reads_and_fills_the_cache)
     cr_assert_eq(store_map_get_range(st, 1, 0, N + 8, got), 0);
     for (uint64_t i = 0; i < N + 8; i++) {
         cr_assert_eq(got[i], want[i], "scanned: index %lu", (unsigned long) i);
-        cr_assert(store__loc_map_get(st, 1, i, &id, &gen), "index %lu not filled", (unsigned long) i);
+        cr_assert(store__loc_map_get(st, 1, i, &id, &gen), "index %lu not filled",
+                  (unsigned long) i);
         cr_assert_eq(id, want[i]);
     }
 
