@@ -286,13 +286,12 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
     return -EIO;
 }
 
-int
-store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
-                  bool nowait)
+/* The map entry of one chunk from RocksDB, put into the location cache under gen (taken
+ * by the cache miss before this read, as store__loc_map_fill requires). */
+static int
+map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id, uint32_t gen,
+         bool nowait)
 {
-    uint32_t gen = 0;
-    if (st->loc && store__loc_map_get(st, export_id, chunk_idx, chunk_id, &gen))
-        return *chunk_id ? 0 : -ENOENT;
     uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
     meta_key_map_encode(key, export_id, chunk_idx);
     ssize_t n = (nowait ? meta_get_cached : meta_get)(st->meta, META_CF_MAP, key, sizeof(key), val,
@@ -311,6 +310,16 @@ store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint
     if (st->loc)
         store__loc_map_fill(st, export_id, chunk_idx, *chunk_id, gen);
     return *chunk_id ? 0 : -ENOENT;
+}
+
+int
+store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
+                  bool nowait)
+{
+    uint32_t gen = 0;
+    if (st->loc && store__loc_map_get(st, export_id, chunk_idx, chunk_id, &gen))
+        return *chunk_id ? 0 : -ENOENT;
+    return map_read(st, export_id, chunk_idx, chunk_id, gen, nowait);
 }
 
 int
@@ -343,8 +352,7 @@ range_collect(void *arg, uint64_t chunk_idx, uint64_t chunk_id)
 #define RANGE_POINT_MAX 16
 
 int
-store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, uint64_t n,
-                    uint64_t *ids)
+store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, uint64_t n, uint64_t *ids)
 {
     if (n == 0)
         return 0;
@@ -375,7 +383,7 @@ store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, uint64
         for (uint64_t i = lo; rc == 0 && i < hi; i++) {
             if (gens[i] == UINT32_MAX)
                 continue;
-            rc = store__map_lookup(st, export_id, first + i, &ids[i], false);
+            rc = map_read(st, export_id, first + i, &ids[i], gens[i], false);
             if (rc == -ENOENT)
                 rc = 0; /* ids[i] is 0 */
         }
