@@ -8,11 +8,16 @@
  *      duplicates within the request, read the chunks' current map entries and look the
  *      hashes up in the index, all BEFORE the transaction, which holds the store's commit
  *      lock (every writer waits for it, so it must hold no point read it can avoid);
+ *   3d. append the records of the chunks expected to be new (early misses, or every chunk
+ *      with dedup off) to the store, still outside the commit lock: the one copy of every
+ *      unique byte into the page cache is then no writer's wait, and comes from buffers
+ *      that were just hashed (store_append_early);
  *   4. in the transaction, per chunk: duplicate of an earlier chunk of the request, else
  *      the index answer (an early miss is re-asked only if a hash with the same head was
  *      staged since; an early hit only if its chunk was freed since); a hit is shared
- *      after (verify:) a byte comparison, a miss is appended as a new chunk and its hash
- *      staged for the index; then map_set with the early map value;
+ *      after (verify:) a byte comparison, a miss takes its early record (or is appended
+ *      now) and its hash is staged for the index; an early record left unused is dead
+ *      bytes; then map_set with the early map value;
  *   5. commit once (one RocksDB batch: invariant 3), then publish the staged index entries
  *      (invariant 2: never before their chunk is committed).
  * One allocation per request holds every per-chunk array and scratch buffer: no per-chunk
@@ -36,6 +41,7 @@ struct wchunk {
     uint64_t chunk_id;     /* resolved in the transaction; 0 = unmapped */
     uint32_t client_bytes; /* bytes of the request that land in this chunk */
     int32_t dup_of;        /* earlier chunk of this request with the same hash, or -1 */
+    int32_t early;         /* its record appended early: index in wreq.nc, or -1 */
     bool zero;
     int8_t pre;      /* index look-up made before the transaction: PRE_* */
     int8_t pre_same; /* PRE_HIT with verify: pre_id's bytes compared equal (1), differ (-1),
@@ -78,7 +84,9 @@ struct wreq {
     uint32_t n;
     int32_t *dup_table; /* open addressing over hashes, dup_mask + 1 slots */
     uint32_t dup_mask;
-    uint8_t *verify_buf; /* cs bytes when p.verify */
+    uint8_t *verify_buf;        /* cs bytes when p.verify */
+    struct store_new_chunk *nc; /* records appended early (step 3d), nnc of them */
+    uint32_t nnc;
     struct index_batch ib;
     _Atomic int hash_err;          /* from any hashing thread */
     uint64_t seen;                 /* e->stage_done before the early index look-ups */
@@ -248,6 +256,40 @@ prefetch(struct wreq *w)
     return 0;
 }
 
+/* Step 3d: the records of the chunks that will most likely be new. A chunk found shared in
+ * the transaction after all leaves its record as dead bytes; the usual case, unique data,
+ * pays nothing for the guess. */
+static int
+append_early(struct wreq *w)
+{
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct wchunk *c = &w->c[i];
+        bool dedup = w->p.alg != DEDUPD_HASH_NONE;
+        if (c->zero || c->dup_of >= 0 || (dedup && c->pre != PRE_MISS && c->pre_same >= 0))
+            continue;
+        if (!dedup)
+            c->crc = crc32c(0, c->data, w->cs); /* not hashed, so not computed yet */
+        c->early = (int32_t) w->nnc;
+        w->nc[w->nnc++] = (struct store_new_chunk){
+            .buf = c->data,
+            .len = w->cs,
+            .crc = c->crc,
+            .hash_alg = (uint8_t) w->p.alg,
+            .hash_len = (uint8_t) w->p.hlen,
+            .hash = dedup ? c->hash : NULL,
+        };
+    }
+    if (w->nnc == 0)
+        return 0;
+    int rc = store_append_early(w->e->st, w->nc, w->nnc);
+    if (rc < 0) {
+        log_err("engine: export %s chunks %" PRIu64 "+%u: append failed: %s", w->xs->rec.name,
+                w->c[0].idx, w->n, strerror(-rc));
+        w->nnc = 0;
+    }
+    return rc;
+}
+
 /* In the transaction (commit lock held): an early miss stays a miss unless a transaction
  * staged an entry with the same hash head since the look-up; then look it up again. */
 static void
@@ -388,13 +430,29 @@ confirm_hit(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint64
     return 0;
 }
 
+/* c becomes a new chunk: its early record, else one appended in the transaction. */
+static int
+add_new(struct wreq *w, struct store_txn *tx, struct wchunk *c)
+{
+    if (c->early >= 0) {
+        const struct store_new_chunk *nc = &w->nc[c->early];
+        c->chunk_id = nc->id;
+        return store_txn_add_early(tx, nc);
+    }
+    if (w->p.alg == DEDUPD_HASH_NONE)
+        return store_txn_add_chunk(tx, 0, NULL, 0, c->data, w->cs, &c->chunk_id);
+    /* c->data lives until the request ends, so the store may write it from there. */
+    return store_txn_add_chunk_ref(tx, (uint8_t) w->p.alg, c->hash, w->p.hlen, c->data, w->cs,
+                                   c->crc, &c->chunk_id);
+}
+
 /* Step 4 for one non-zero chunk: sets c->chunk_id to a shared or a new chunk. */
 static int
 resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
 {
     const struct wpolicy *p = &w->p;
     if (p->alg == DEDUPD_HASH_NONE) /* dedup off: unique, unhashed, never shared */
-        return store_txn_add_chunk(tx, 0, NULL, 0, c->data, w->cs, &c->chunk_id);
+        return add_new(w, tx, c);
 
     bool claimed = false; /* an index entry (or an earlier chunk here) owns this hash */
     if (c->dup_of >= 0) {
@@ -425,9 +483,7 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
     if (rc < 0 && rc != -ENOENT)
         return rc;
     w->cnt.misses++;
-    /* c->data lives until the request ends, so the store may write it from there. */
-    rc = store_txn_add_chunk_ref(tx, (uint8_t) p->alg, c->hash, p->hlen, c->data, w->cs, c->crc,
-                                 &c->chunk_id);
+    rc = add_new(w, tx, c);
     if (rc == 0 && !claimed) {
         rc = index_stage(p->ix, &w->ib, (uint8_t) p->alg, c->hash, p->hlen, c->chunk_id);
         if (rc == 0 && p->trusted) /* its entry is in this batch: freeing it needs no read */
@@ -455,6 +511,11 @@ resolve_request(struct wreq *w, struct store_txn *tx)
         if (rc == 0)
             rc = store_txn_map_set_known(tx, w->xs->id, c->idx, c->old_id,
                                          c->zero ? 0 : c->chunk_id);
+    }
+    for (uint32_t i = 0; i < w->n && rc == 0; i++) { /* shared after all: dead bytes */
+        const struct wchunk *c = &w->c[i];
+        if (c->early >= 0 && c->chunk_id != w->nc[c->early].id)
+            rc = store_txn_drop_early(tx, &w->nc[c->early]);
     }
     return rc;
 }
@@ -566,8 +627,9 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
     size_t sz_c = (size_t) n * sizeof(struct wchunk);
     size_t sz_s = (size_t) n * sizeof(struct index_staged);
     size_t sz_t = (size_t) tsize * sizeof(int32_t);
+    size_t sz_n = (size_t) n * sizeof(struct store_new_chunk);
     size_t sz_b = (size_t) (partial + w.p.verify) * cs;
-    uint8_t *mem = malloc(sz_c + sz_s + sz_t + sz_b);
+    uint8_t *mem = malloc(sz_c + sz_s + sz_t + sz_n + sz_b);
     int rc = -ENOMEM;
     if (!mem)
         goto out;
@@ -578,7 +640,8 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
     w.ib.cap = n;
     w.dup_table = (int32_t *) (mem + sz_c + sz_s);
     w.dup_mask = tsize - 1;
-    uint8_t *scratch = mem + sz_c + sz_s + sz_t;
+    w.nc = (struct store_new_chunk *) (mem + sz_c + sz_s + sz_t);
+    uint8_t *scratch = mem + sz_c + sz_s + sz_t + sz_n;
     w.verify_buf = w.p.verify ? scratch + (size_t) partial * cs : NULL;
 
     /* Steps 1 and 2: split, RMW, zero detection. */
@@ -592,6 +655,7 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
         c->chunk_id = 0;
         c->client_bytes = (uint32_t) (hi - lo);
         c->dup_of = -1;
+        c->early = -1;
         c->pre = PRE_NONE;
         c->pre_same = 0;
         c->old_id = UINT64_MAX; /* not read yet */
@@ -630,6 +694,8 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
         find_request_dups(&w);
     }
     rc = prefetch(&w);
+    if (rc == 0)
+        rc = append_early(&w);
     if (rc < 0)
         goto out;
 
@@ -646,6 +712,8 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
     if (count_zero)
         ENGINE_COUNT(e, xs, zero_bytes, w.zero_bytes);
 out:
+    if (rc < 0 && w.nnc) /* nothing of the request committed */
+        store_early_discard(e->st, w.nc, w.nnc);
     pthread_rwlock_unlock(&e->settings_lock);
     free(mem);
     return rc;

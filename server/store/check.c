@@ -364,6 +364,11 @@ pass_counters(struct ck *c, struct store_seg **segs, size_t nsegs, const struct 
                 h->stored_bytes, w->stored_bytes, h->next_id, w->next_id);
         if (c->repair) {
             w->next_id = h->next_id > w->next_id ? h->next_id : w->next_id;
+            pthread_mutex_lock(&st->append_lock); /* ids handed out early stay taken */
+            if (w->next_id < st->id_next)
+                w->next_id = st->id_next;
+            __atomic_store_n(&st->id_next, w->next_id, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&st->append_lock);
             store__counters_put(st, c->b, w);
             st->cnt = *w;
             c->res->repaired++;
@@ -452,7 +457,7 @@ store_check(struct store *st, bool repair, store_progress_fn progress, store_fin
             copies[i].id = st->segs[i]->id; /* only the fields commit_lock guards */
             copies[i].live = st->segs[i]->live;
             c.segsum[i].id = st->segs[i]->id;
-            c.segsum[i].size = st->segs[i]->size;
+            c.segsum[i].size = store__seg_size(st->segs[i]);
         }
         c.nsegsum = nsegs;
     }

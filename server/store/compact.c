@@ -275,7 +275,8 @@ pick_segments(struct store *st, bool force, size_t *n, uint64_t *live_total)
     *live_total = 0;
     for (size_t i = 0; ids && i < st->nsegs; i++) {
         struct store_seg *sg = st->segs[i];
-        if (sg == st->active || !sg->sealed || sg->size == 0)
+        if (sg == st->active || !sg->sealed || sg->size == 0 ||
+            __atomic_load_n(&sg->early_pending, __ATOMIC_SEQ_CST) > 0)
             continue;
         bool pick = force ? sg->dead > 0
                           : (double) sg->live < st->opt.compact_live_ratio * (double) sg->size;

@@ -4,7 +4,10 @@
  * Locks, in the order they are taken:
  *   commit_lock  transactions (begin..commit/abort), sync, compaction's commits, recovery:
  *                everything that changes chunk/map/hash entries, refcounts, counters,
- *                the active segment and segment accounting.
+ *                which segment is active, and segment accounting.
+ *   append_lock  the append position of the active segment and the next chunk id: held by
+ *                an early append (early.c) for its write, and by a transaction from its
+ *                first in-transaction append until its records are written.
  *   seg_lock     the segment table (lookup + reader refcounts); held only briefly.
  *   stat_lock    the in-memory copies of counters read by store_stats/export_mapped. */
 #ifndef DD_STORE_INTERNAL_H
@@ -33,7 +36,7 @@ struct store_seg {
     int fd;
     int refs;     /* the table's reference + readers'; seg_lock */
     bool removed; /* no longer in the table: closed when refs reaches 0 */
-    /* Below: commit_lock. */
+    /* Below: commit_lock, except size (append_lock; see store__seg_size). */
     uint64_t size;   /* bytes appended (the append position of the active segment) */
     uint64_t synced; /* bytes made durable by fdatasync */
     uint64_t kicked; /* bytes whose write-back was started early (store_txn_commit) */
@@ -43,6 +46,10 @@ struct store_seg {
     bool dirty;     /* accounting changed since its meta entry was last written */
     bool has_entry; /* recovery only: a `seg:` entry exists */
     int unsynced;   /* atomic: written since the last fdatasync began (for the WAL hook) */
+    /* Atomic: records appended early and not yet committed or dropped. Only the active
+     * segment gains any, so once sealed with none, it never has any again: compaction
+     * leaves a segment alone until then (it would take the records for dead). */
+    int early_pending;
 };
 
 /* The persisted global counters ("counters" key in the meta CF). */
@@ -55,6 +62,7 @@ struct txn_chunk {             /* overlay entry: one chunk touched by the transa
     struct meta_chunk_rec rec; /* as loaded (or as appended, for new chunks) */
     int64_t delta;
     bool is_new;
+    bool early; /* appended before the transaction: the caller's until it commits */
 };
 
 struct txn_map { /* overlay entry: one map key set by the transaction */
@@ -72,6 +80,7 @@ struct txn_export {
 struct txn_seg { /* accounting change of one segment */
     struct store_seg *sg;
     int64_t d_live, d_dead;
+    uint32_t early_done; /* early records added or dropped: no longer pending once committed */
 };
 
 struct store_txn {
@@ -109,8 +118,9 @@ struct store_txn {
      * free only scans the batch when the hash back-end may have put the same hash key. */
     uint64_t *fp;
     size_t fp_cap, fp_mask;
-    uint64_t woff; /* offset in the active segment of wbuf[0] */
-    bool broken;   /* an append failed: only abort is allowed */
+    uint64_t woff;  /* offset in the active segment of wbuf[0] (valid while appending) */
+    bool appending; /* holds append_lock: in-transaction records reserved, not all written */
+    bool broken;    /* an append failed: only abort is allowed */
     bool active;
 };
 
@@ -126,6 +136,7 @@ struct store {
     struct meta *meta;
 
     pthread_mutex_t commit_lock;
+    pthread_mutex_t append_lock;
     /* Shared by a commit from its segment write to its batch write; exclusive for a WAL
      * flush asked by someone else (store__wal_hook), so no batch slips into that flush
      * after its segments were synced. */
@@ -139,7 +150,8 @@ struct store {
     int dir_dirty; /* atomic: a segment file was created or removed since the last sync */
     bool opened;   /* open completed: close may sync */
 
-    struct store_counters cnt;          /* commit_lock (writes), stat_lock (reads) */
+    struct store_counters cnt; /* commit_lock (writes), stat_lock (reads) */
+    uint64_t id_next; /* append_lock: the next chunk id; cnt.next_id is its committed copy */
     struct store_export_count *exports; /* stat_lock; loaded lazily */
     size_t nexports, exports_cap;
     uint64_t compactions;
@@ -148,6 +160,8 @@ struct store {
     struct store_txn txn;       /* the one transaction: reused under commit_lock */
     uint64_t wal_unflushed;     /* batch bytes since the last WAL flush */
     uint64_t mem_unpolled;      /* batch bytes since the last memtable size poll */
+    unsigned test_fail_skip, test_fail_commits; /* commit_lock: store_test_fail_commits */
+    int test_fail_rc;
 
     /* compaction thread */
     pthread_t compact_thread;
@@ -157,6 +171,9 @@ struct store {
     bool compact_stop;
     pthread_mutex_t compact_run; /* one compaction pass at a time (taken before commit_lock) */
 };
+
+/* txn.c: the arguments of a new chunk record are consistent (add_chunk, early appends). */
+bool store__new_chunk_ok(uint8_t hash_alg, const uint8_t *hash, size_t hash_len, uint32_t len);
 
 /* loccache.c (see there for why a stale entry never yields wrong bytes). Any thread. */
 struct store_loc {
@@ -195,12 +212,22 @@ void store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_se
 /* The same with live/dead adjusted by deltas not yet applied (a commit's batch). */
 void store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int64_t d_live,
                                int64_t d_dead);
-/* size and dead are written under commit_lock but read by store_stats without it: writers
- * store them atomically so those reads are not data races. */
+/* The same with its synced watermark for size, for a batch made durable without the WAL
+ * hook (store__sync_locked): early appends made after the segment's fdatasync must not be
+ * promised. Every committed record lies below it (the commit lock is held). */
+void store__seg_put_meta_synced(struct meta_batch *b, const struct store_seg *sg);
+/* size is written under append_lock, dead under commit_lock, and both are read without
+ * them (store_stats; a commit reads size): stored and loaded atomically, no data races. */
 static inline void
 store__seg_set_size(struct store_seg *sg, uint64_t v)
 {
     __atomic_store_n(&sg->size, v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t
+store__seg_size(const struct store_seg *sg)
+{
+    return __atomic_load_n(&sg->size, __ATOMIC_RELAXED);
 }
 
 static inline void
@@ -211,7 +238,7 @@ store__seg_set_dead(struct store_seg *sg, uint64_t v)
 int store__seg_sync_all(struct store *st);   /* commit_lock: fdatasync segments, dir */
 int store__seg_sync_dir(struct store *st);   /* any thread */
 int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hook() */
-int store__seal_active(struct store *st);    /* commit_lock */
+int store__seal_active(struct store *st);    /* commit_lock + append_lock */
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
                        struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);
 /* One record met by store__seg_walk: rec holds the whole record (header first); whether

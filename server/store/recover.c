@@ -3,6 +3,10 @@
  * What can be wrong after a crash, and what is done:
  * - A segment file longer than its persisted size: records appended by a transaction whose
  *   batch never committed (or a torn write). Unindexed by construction: truncated.
+ * - Live and dead bytes that do not add up to the persisted size: records appended early
+ *   (before their transaction) whose transaction never committed. Below a size another
+ *   commit persisted they are unindexed, counted dead for compaction to reclaim; past a
+ *   size a sync persisted (it promises only what it synced) they were truncated above.
  * - A segment file with no `seg:` entry: created at a seal whose transaction never
  *   committed; it holds no indexed record: truncated to zero (it stays, as the active one
  *   if it is the newest).
@@ -348,6 +352,16 @@ store__recover(struct store *st)
                         strerror(-rc));
         }
         sg->synced = sg->size;
+        if (!st->opt.read_only && sg->live <= sg->size && sg->live + sg->dead != sg->size) {
+            /* Records appended early whose transaction never committed: below a size that
+             * a later commit persisted they were never indexed, so dead; past the size a
+             * sync persisted, they are gone, dead or not. */
+            log_info("store: seg %" PRIu32 ": %" PRIu64 " dead bytes recorded, %" PRIu64
+                     " now (records appended early and never indexed)",
+                     sg->id, sg->dead, sg->size - sg->live);
+            store__seg_set_dead(sg, sg->size - sg->live);
+            sg->dirty = true;
+        }
     }
     if (rc)
         goto out;

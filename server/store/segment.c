@@ -205,9 +205,9 @@ store__seg_put_meta(struct store *st, struct meta_batch *b, struct store_seg *sg
     store__seg_put_meta_delta(b, sg, 0, 0);
 }
 
-void
-store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int64_t d_live,
-                          int64_t d_dead)
+static void
+seg_put(struct meta_batch *b, const struct store_seg *sg, uint64_t size, int64_t d_live,
+        int64_t d_dead)
 {
     uint8_t key[sizeof(STORE_META_SEG) - 1 + 4], val[SEG_VAL_LEN];
     memcpy(key, STORE_META_SEG, sizeof(STORE_META_SEG) - 1);
@@ -216,7 +216,7 @@ store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int6
     key[sizeof(key) - 2] = sg->id >> 8;
     key[sizeof(key) - 1] = sg->id;
     val[0] = 1;
-    be64(val + 1, sg->size);
+    be64(val + 1, size);
     be64(val + 9, sg->synced);
     be64(val + 17, (uint64_t) ((int64_t) sg->live + d_live));
     be64(val + 25, (uint64_t) ((int64_t) sg->dead + d_dead));
@@ -224,12 +224,27 @@ store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int6
     meta_batch_put(b, META_CF_META, key, sizeof(key), val, sizeof(val));
 }
 
+void
+store__seg_put_meta_delta(struct meta_batch *b, const struct store_seg *sg, int64_t d_live,
+                          int64_t d_dead)
+{
+    seg_put(b, sg, store__seg_size(sg), d_live, d_dead);
+}
+
+void
+store__seg_put_meta_synced(struct meta_batch *b, const struct store_seg *sg)
+{
+    seg_put(b, sg, sg->synced, 0, 0);
+}
+
 int
 store__seg_sync_all(struct store *st)
 {
     for (size_t i = 0; i < st->nsegs; i++) {
         struct store_seg *sg = st->segs[i];
-        if (sg->synced == sg->size)
+        /* Taken before the fdatasync: early appends may grow the segment meanwhile. */
+        uint64_t size = store__seg_size(sg);
+        if (sg->synced == size)
             continue;
         __atomic_store_n(&sg->unsynced, 0, __ATOMIC_SEQ_CST);
         int rc = store__io->fdatasync(sg->fd);
@@ -238,7 +253,7 @@ store__seg_sync_all(struct store *st)
             log_err("store: seg %" PRIu32 ": fdatasync: %s", sg->id, strerror(-rc));
             return rc;
         }
-        sg->synced = sg->size;
+        sg->synced = size;
         sg->dirty = true; /* the watermark goes to meta in the sync's own batch */
     }
     return store__seg_sync_dir(st);

@@ -71,7 +71,7 @@ counters_load(struct store *st)
                          v, sizeof(v));
     if (n == -ENOENT) {
         memset(&st->cnt, 0, sizeof(st->cnt));
-        st->cnt.next_id = 1;
+        st->cnt.next_id = st->id_next = 1;
         return 0;
     }
     if (n < 0)
@@ -87,6 +87,7 @@ counters_load(struct store *st)
     st->cnt.next_id = get_be64(v + 33);
     if (st->cnt.next_id == 0)
         st->cnt.next_id = 1;
+    st->id_next = st->cnt.next_id;
     return 0;
 }
 
@@ -460,7 +461,7 @@ store__sync_locked(struct store *st)
     meta_batch_clear(b);
     for (size_t i = 0; i < st->nsegs; i++) {
         if (st->segs[i]->dirty) {
-            store__seg_put_meta(st, b, st->segs[i]);
+            store__seg_put_meta_synced(b, st->segs[i]);
             st->segs[i]->dirty = false;
         }
     }
@@ -560,6 +561,7 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     if (st->opt.compact_bytes_per_sec == 0)
         st->opt.compact_bytes_per_sec = 64ULL << 20;
     pthread_mutex_init(&st->commit_lock, NULL);
+    pthread_mutex_init(&st->append_lock, NULL);
     pthread_rwlock_init(&st->wal_lock, NULL);
     pthread_mutex_init(&st->seg_lock, NULL);
     pthread_mutex_init(&st->stat_lock, NULL);
@@ -661,6 +663,7 @@ store_close(struct store *st)
     if (st->lock_fd >= 0)
         store__io->close(st->lock_fd);
     pthread_mutex_destroy(&st->commit_lock);
+    pthread_mutex_destroy(&st->append_lock);
     pthread_rwlock_destroy(&st->wal_lock);
     pthread_mutex_destroy(&st->seg_lock);
     pthread_mutex_destroy(&st->stat_lock);

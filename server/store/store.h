@@ -129,6 +129,35 @@ int store_txn_add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *h
 int store_txn_add_chunk_ref(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash,
                             size_t hash_len, const void *buf, uint32_t len, uint32_t crc,
                             uint64_t *chunk_id);
+/* Early appends: a writer writes the records of the chunks it expects to be new BEFORE
+ * its transaction, outside the commit lock (appends serialize only among themselves), then
+ * adds them to its transaction. Each record gets its never-reused chunk id at the append.
+ * A record no committed transaction adds is dead bytes: say so with store_txn_drop_early
+ * (in a transaction) or store_early_discard. Until then it is the caller's: a failed
+ * transaction leaves it untouched, so a retry may add it again. */
+struct store_new_chunk {
+    const void *buf; /* len bytes, unchanged until the append returns */
+    uint32_t len;
+    uint32_t crc;     /* crc32c(0, buf, len) */
+    uint8_t hash_alg; /* 0 with hash_len 0: dedup off */
+    uint8_t hash_len;
+    const uint8_t *hash;
+    /* Set by store_append_early: */
+    uint64_t id;
+    uint32_t seg;
+    uint64_t off;
+};
+/* Writes the records of c[0..n) to the active segment (one write; a seal first if they do
+ * not fit) and fills each one's id, seg and off. 0, -EINVAL, -EROFS, -ENOSPC, -EIO: on
+ * failure nothing of the call is appended. */
+int store_append_early(struct store *st, struct store_new_chunk *c, size_t n);
+/* The transaction takes over a chunk appended early: like store_txn_add_chunk_ref, minus the
+ * write. 0, -EINVAL (not an early record of this store), -ENOMEM. */
+int store_txn_add_early(struct store_txn *tx, const struct store_new_chunk *c);
+/* An early record this transaction will not use: dead bytes once it commits. */
+int store_txn_drop_early(struct store_txn *tx, const struct store_new_chunk *c);
+/* Early records no transaction will use (after a failed write request): dead bytes now. */
+void store_early_discard(struct store *st, const struct store_new_chunk *c, size_t n);
 /* Points (export, chunk_idx) at chunk_id, or unmaps it when chunk_id is 0; the new chunk
  * gains a reference and the old one (if any) loses one, all at commit. Sees earlier
  * map_set calls of the same transaction. */
@@ -162,8 +191,12 @@ struct meta_batch *store_txn_batch(struct store_txn *tx);
  * in the same batch, and its bytes are counted dead in its segment. */
 typedef void (*store_freed_fn)(void *arg, const struct store_chunk_info *freed);
 /* Writes everything in one batch and releases the commit lock, success or not; tx is
- * freed. 0 or -errno (then nothing of the batch is visible; appended records are dead). */
+ * freed. 0 or -errno (then nothing of the batch is visible; records appended in the
+ * transaction are dead, early ones are still the caller's). */
 int store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg);
+/* Tests only: after `skip` more commits, the next n fail with rc as a failed RocksDB write
+ * would, before anything is written. */
+void store_test_fail_commits(struct store *st, int rc, unsigned skip, unsigned n);
 void store_txn_abort(struct store_txn *tx); /* releases the lock, frees tx; NULL is fine */
 
 /* Invariant 4: segment fdatasync first, then the RocksDB WAL sync. Every transaction

@@ -254,7 +254,29 @@ seg_delta(struct store_txn *tx, struct store_seg *sg)
     struct txn_seg *d = &tx->segs[tx->nsegs++];
     d->sg = sg;
     d->d_live = d->d_dead = 0;
+    d->early_done = 0;
     return d;
+}
+
+/* In-transaction appends take the append position for the rest of the transaction (until
+ * their records are written, or rolled back): early appenders wait meanwhile. */
+static void
+append_begin(struct store_txn *tx)
+{
+    if (tx->appending)
+        return;
+    pthread_mutex_lock(&tx->st->append_lock);
+    tx->appending = true;
+    tx->woff = store__seg_size(tx->st->active);
+}
+
+static void
+append_end(struct store_txn *tx)
+{
+    if (!tx->appending)
+        return;
+    tx->appending = false;
+    pthread_mutex_unlock(&tx->st->append_lock);
 }
 
 /* ---- the API ---- */
@@ -268,7 +290,6 @@ store_txn_begin(struct store *st, struct store_txn **out)
     struct store_txn *tx = &st->txn;
     txn_reset(tx);
     tx->active = true;
-    tx->woff = st->active->size;
     *out = tx;
     return 0;
 }
@@ -328,6 +349,7 @@ static int
 reserve_append(struct store_txn *tx, uint64_t reclen, size_t wbytes)
 {
     struct store *st = tx->st;
+    append_begin(tx);
     if (st->active->size > 0 && st->active->size + reclen > st->opt.seg_bytes) {
         /* Seal: the records so far go to the old segment now, the rest to a new one. */
         int rc = flush_wbuf(tx);
@@ -371,6 +393,35 @@ alg_len(uint8_t alg)
     return hash_len((enum dedupd_hash_alg) alg);
 }
 
+/* Fills overlay slot e for a new chunk whose record is at (seg, off). */
+static void
+new_entry(struct store_txn *tx, struct txn_chunk *e, uint64_t id, uint32_t seg, uint64_t off,
+          uint32_t len, uint8_t hash_alg, const uint8_t *hash, size_t hash_len)
+{
+    memset(e, 0, sizeof(*e));
+    e->id = id;
+    e->is_new = true;
+    e->rec.seg = seg;
+    e->rec.off = off;
+    e->rec.raw_len = len;
+    e->rec.stored_len = len;
+    e->rec.codec = STORE_CODEC_RAW;
+    e->rec.hash_alg = hash_alg;
+    e->rec.hash_len = (uint8_t) hash_len;
+    if (hash_len)
+        memcpy(e->rec.hash, hash, hash_len);
+    tx->chunk_used[tx->nchunks++] = (uint32_t) (e - tx->chunks);
+}
+
+/* The arguments of a new chunk record, as add_chunk and store_append_early take them. */
+bool
+store__new_chunk_ok(uint8_t hash_alg, const uint8_t *hash, size_t hash_len, uint32_t len)
+{
+    return len > 0 && len <= DEDUPD_CHUNK_MAX && hash_len <= DEDUPD_HASH_MAX_LEN &&
+           (!hash_len || hash) && (!hash_alg || hash_len) &&
+           (!alg_len(hash_alg) || alg_len(hash_alg) == hash_len);
+}
+
 static int
 add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
           const void *buf, uint32_t len, bool borrow, uint32_t crc, uint64_t *chunk_id)
@@ -378,9 +429,7 @@ add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t ha
     struct store *st = tx->st;
     if (tx->broken)
         return -EIO;
-    if (len == 0 || len > DEDUPD_CHUNK_MAX || hash_len > DEDUPD_HASH_MAX_LEN ||
-        (hash_len && !hash) || (hash_alg && !hash_len) ||
-        (alg_len(hash_alg) && alg_len(hash_alg) != hash_len))
+    if (!store__new_chunk_ok(hash_alg, hash, hash_len, len))
         return -EINVAL;
     uint64_t reclen = store_record_len(len);
     int rc = reserve_append(tx, reclen, borrow ? STORE_RECORD_HDR_LEN : reclen);
@@ -389,7 +438,7 @@ add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t ha
     bool found;
     if ((tx->nchunks + 1) * 2 > tx->chunks_cap && chunks_grow(tx))
         return -ENOMEM;
-    uint64_t id = st->cnt.next_id;
+    uint64_t id = st->id_next; /* append_lock: reserve_append took it */
     struct txn_chunk *e = chunk_slot(tx, id, &found);
 
     struct store_record_hdr h = {
@@ -412,21 +461,8 @@ add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t ha
         queue_piece(tx, NULL, reclen);
     }
 
-    memset(e, 0, sizeof(*e));
-    e->id = id;
-    e->is_new = true;
-    e->rec.seg = st->active->id;
-    e->rec.off = st->active->size;
-    e->rec.raw_len = len;
-    e->rec.stored_len = len;
-    e->rec.codec = STORE_CODEC_RAW;
-    e->rec.hash_alg = hash_alg;
-    e->rec.hash_len = (uint8_t) hash_len;
-    if (hash_len)
-        memcpy(e->rec.hash, hash, hash_len);
-    tx->chunk_used[tx->nchunks++] = (uint32_t) (e - tx->chunks);
-
-    st->cnt.next_id++;
+    new_entry(tx, e, id, st->active->id, st->active->size, len, hash_alg, hash, hash_len);
+    __atomic_store_n(&st->id_next, id + 1, __ATOMIC_RELEASE);
     store__seg_set_size(st->active, st->active->size + reclen);
     *chunk_id = id;
     return 0;
@@ -445,6 +481,45 @@ store_txn_add_chunk_ref(struct store_txn *tx, uint8_t hash_alg, const uint8_t *h
                         uint64_t *chunk_id)
 {
     return add_chunk(tx, hash_alg, hash, hash_len, buf, len, true, crc, chunk_id);
+}
+
+int
+store_txn_add_early(struct store_txn *tx, const struct store_new_chunk *c)
+{
+    struct store *st = tx->st;
+    if (tx->broken)
+        return -EIO;
+    if (!store__new_chunk_ok(c->hash_alg, c->hash, c->hash_len, c->len) || c->id == 0 ||
+        c->id >= __atomic_load_n(&st->id_next, __ATOMIC_ACQUIRE))
+        return -EINVAL;
+    struct store_seg *sg = store__seg_find(st, c->seg);
+    if (!sg || c->off + store_record_len(c->len) > store__seg_size(sg))
+        return -EINVAL;
+    struct txn_seg *d = seg_delta(tx, sg);
+    if (!d || ((tx->nchunks + 1) * 2 > tx->chunks_cap && chunks_grow(tx)))
+        return -ENOMEM;
+    bool found;
+    struct txn_chunk *e = chunk_slot(tx, c->id, &found);
+    if (found)
+        return -EINVAL; /* added twice */
+    d->early_done++;
+    new_entry(tx, e, c->id, c->seg, c->off, c->len, c->hash_alg, c->hash, c->hash_len);
+    e->early = true;
+    return 0;
+}
+
+int
+store_txn_drop_early(struct store_txn *tx, const struct store_new_chunk *c)
+{
+    struct store_seg *sg = store__seg_find(tx->st, c->seg);
+    if (!sg)
+        return -EINVAL;
+    struct txn_seg *d = seg_delta(tx, sg);
+    if (!d)
+        return -ENOMEM;
+    d->d_dead += (int64_t) store_record_len(c->len);
+    d->early_done++;
+    return 0;
 }
 
 int
@@ -633,7 +708,7 @@ txn_unwind(struct store_txn *tx)
         store__seg_set_size(st->active, tx->woff);
     for (size_t i = 0; i < tx->nchunks; i++) {
         struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
-        if (!e->is_new)
+        if (!e->is_new || e->early)
             continue;
         struct store_seg *sg = store__seg_find(st, e->rec.seg);
         if (sg && e->rec.off < sg->size) {
@@ -650,6 +725,7 @@ store_txn_abort(struct store_txn *tx)
         return;
     struct store *st = tx->st;
     txn_unwind(tx);
+    append_end(tx);
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
 }
@@ -759,6 +835,16 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
     c->stored_bytes -= e->rec.stored_len;
 }
 
+void
+store_test_fail_commits(struct store *st, int rc, unsigned skip, unsigned n)
+{
+    pthread_mutex_lock(&st->commit_lock);
+    st->test_fail_rc = rc;
+    st->test_fail_skip = skip;
+    st->test_fail_commits = n;
+    pthread_mutex_unlock(&st->commit_lock);
+}
+
 int
 store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
 {
@@ -767,6 +853,13 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     int rc = 0;
     if (tx->broken) {
         rc = -EIO;
+        goto fail;
+    }
+    if (st->test_fail_skip) {
+        st->test_fail_skip--;
+    } else if (st->test_fail_commits) {
+        st->test_fail_commits--;
+        rc = st->test_fail_rc;
         goto fail;
     }
     rc = build_fp(tx);
@@ -828,6 +921,8 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         struct txn_seg *d = &tx->segs[i];
         store__seg_put_meta_delta(tx->batch, d->sg, d->d_live, d->d_dead);
     }
+    /* Every id of this batch was handed out before now (early appends included). */
+    c.next_id = __atomic_load_n(&st->id_next, __ATOMIC_ACQUIRE);
     store__counters_put(st, tx->batch, &c);
 
     /* invariant 3: segment bytes before batch */
@@ -845,6 +940,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         d->sg->live = (uint64_t) ((int64_t) d->sg->live + d->d_live);
         store__seg_set_dead(d->sg, (uint64_t) ((int64_t) d->sg->dead + d->d_dead));
         d->sg->dirty = false;
+        __atomic_sub_fetch(&d->sg->early_pending, (int) d->early_done, __ATOMIC_SEQ_CST);
     }
     for (size_t i = 0; i < tx->nmaps; i++) { /* the batch is applied: reads may see it */
         const struct txn_map *m = &tx->maps[tx->map_used[i]];
@@ -881,10 +977,11 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
      * is released: the fdatasync of the next pacing step or sync, made under the commit
      * lock, then finds little left to write (it used to stall every writer ~40-90 ms). */
     struct store_seg *kick = NULL, *a = st->active;
-    uint64_t kick_off = a->kicked, kick_len = a->size - a->kicked;
+    uint64_t a_size = store__seg_size(a), kick_off = a->kicked, kick_len = a_size - kick_off;
     if (store__io->writeback && kick_len >= WRITEBACK_KICK_BYTES &&
         (kick = store__seg_get(st, a->id)))
-        a->kicked = a->size;
+        a->kicked = a_size;
+    append_end(tx);
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
     if (kick) {
@@ -898,7 +995,7 @@ fail:
     if (tx->wlen == 0) {
         for (size_t i = 0; i < tx->nchunks; i++) {
             struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
-            struct store_seg *sg = e->is_new ? store__seg_find(st, e->rec.seg) : NULL;
+            struct store_seg *sg = e->is_new && !e->early ? store__seg_find(st, e->rec.seg) : NULL;
             if (sg) {
                 store__seg_set_dead(sg, sg->dead + store_record_len(e->rec.stored_len));
                 sg->dirty = true;
@@ -907,6 +1004,7 @@ fail:
     } else {
         txn_unwind(tx);
     }
+    append_end(tx);
     txn_reset(tx);
     pthread_mutex_unlock(&st->commit_lock);
     return rc;
@@ -924,7 +1022,6 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
     struct store_txn *tx = &st->txn;
     txn_reset(tx);
     tx->active = true;
-    tx->woff = st->active->size;
     *moved = 0;
     struct txn_seg *fd = seg_delta(tx, from);
     int rc = fd ? 0 : -ENOMEM;
@@ -1003,6 +1100,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
      * commit). Dropped now, committed or not: the next read takes the chunk entry's. */
     for (size_t i = 0; i < n; i++)
         store__loc_chunk_drop(st, mv[i].id);
+    append_end(tx);
     txn_reset(tx);
     return rc;
 }

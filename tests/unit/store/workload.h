@@ -6,6 +6,7 @@
 #define DD_TEST_STORE_WORKLOAD_H
 
 #include "helpers.h"
+#include "util/crc32c.h"
 
 #define WL_BLOCKS   48
 #define WL_MAX_POST 64
@@ -52,17 +53,27 @@ wl_note_sync(struct wl_model *m)
     }
 }
 
-/* One transaction of 1-6 block writes (some sharing one chunk, some unmapping); each
- * change is reported to note() BEFORE the commit, since a commit may survive a crash even
- * if the process dies before it could tell anyone. Returns the commit's result. */
+/* Describes new chunk content fill(seed) in buf/h for store_append_early. */
+static inline struct store_new_chunk
+wl_new_chunk(uint8_t buf[4096], uint8_t h[DEDUPD_HASH_MAX_LEN], uint64_t seed)
+{
+    fill(buf, 4096, seed);
+    hash_compute(DEDUPD_HASH_SHA256, buf, 4096, h);
+    return (struct store_new_chunk){.buf = buf,
+                                    .len = 4096,
+                                    .crc = crc32c(0, buf, 4096),
+                                    .hash_alg = DEDUPD_HASH_SHA256,
+                                    .hash_len = 32,
+                                    .hash = h};
+}
+
+/* 1-6 block writes in the open transaction tx (some sharing one chunk, some unmapping),
+ * each reported to note() before the commit. */
 static inline int
-wl_txn(struct store *st, uint64_t *rng, uint64_t *next_seed,
+wl_ops(struct store_txn *tx, uint64_t *rng, uint64_t *next_seed,
        void (*note)(void *arg, unsigned blk, uint64_t seed), void *arg)
 {
-    struct store_txn *tx;
-    int rc = store_txn_begin(st, &tx);
-    if (rc)
-        return rc;
+    int rc = 0;
     unsigned n = 1 + (unsigned) (wl_rand(rng) % 6);
     uint64_t last_id = 0, last_seed = 0;
     for (unsigned i = 0; i < n && rc == 0; i++) {
@@ -87,6 +98,67 @@ wl_txn(struct store *st, uint64_t *rng, uint64_t *next_seed,
         if (rc == 0)
             note(arg, blk, seed);
     }
+    return rc;
+}
+
+static inline int
+wl_commit_ops(struct store *st, uint64_t *rng, uint64_t *next_seed,
+              void (*note)(void *arg, unsigned blk, uint64_t seed), void *arg)
+{
+    struct store_txn *tx;
+    int rc = store_txn_begin(st, &tx);
+    if (rc == 0 && (rc = wl_ops(tx, rng, next_seed, note, arg)) != 0)
+        store_txn_abort(tx);
+    else if (rc == 0)
+        rc = store_txn_commit(tx, NULL, NULL);
+    return rc;
+}
+
+/* One write transaction as wl_ops makes them. One time in three, 1-3 new chunks are first
+ * appended early (as the engine does): half the time another transaction commits between
+ * the append and the transaction that takes them (its commit persists a segment size past
+ * them), and the transaction maps three in four of them and drops the rest. Each change is
+ * reported to note() BEFORE the commit, since a commit may survive a crash even if the
+ * process dies before it could tell anyone. Returns the last commit's result. */
+static inline int
+wl_txn(struct store *st, uint64_t *rng, uint64_t *next_seed,
+       void (*note)(void *arg, unsigned blk, uint64_t seed), void *arg)
+{
+    uint8_t buf[3][4096], h[3][DEDUPD_HASH_MAX_LEN];
+    struct store_new_chunk nc[3];
+    uint64_t seeds[3];
+    unsigned ne = 0;
+    int rc = 0;
+    if (wl_rand(rng) % 3 == 0) {
+        ne = 1 + (unsigned) (wl_rand(rng) % 3);
+        for (unsigned i = 0; i < ne; i++) {
+            seeds[i] = (*next_seed)++;
+            nc[i] = wl_new_chunk(buf[i], h[i], seeds[i]);
+        }
+        rc = store_append_early(st, nc, ne);
+        if (rc == 0 && wl_rand(rng) % 2)
+            rc = wl_commit_ops(st, rng, next_seed, note, arg);
+        if (rc)
+            return rc;
+    }
+    struct store_txn *tx;
+    rc = store_txn_begin(st, &tx);
+    if (rc)
+        return rc;
+    for (unsigned i = 0; i < ne && rc == 0; i++) {
+        unsigned blk = (unsigned) (wl_rand(rng) % WL_BLOCKS);
+        if (wl_rand(rng) % 4 == 0) {
+            rc = store_txn_drop_early(tx, &nc[i]);
+            continue;
+        }
+        rc = store_txn_add_early(tx, &nc[i]);
+        if (rc == 0)
+            rc = store_txn_map_set(tx, 1, blk, nc[i].id);
+        if (rc == 0)
+            note(arg, blk, seeds[i]);
+    }
+    if (rc == 0)
+        rc = wl_ops(tx, rng, next_seed, note, arg);
     if (rc) {
         store_txn_abort(tx);
         return rc;
