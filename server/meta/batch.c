@@ -205,6 +205,12 @@ meta_iter_seek(struct meta_iter *it, const void *key, size_t klen)
 }
 
 void
+meta_iter_seek_last(struct meta_iter *it, const void *key, size_t klen)
+{
+    rocksdb_iter_seek_for_prev(it->it, key, klen);
+}
+
+void
 meta_iter_seek_first(struct meta_iter *it)
 {
     rocksdb_iter_seek_to_first(it->it);

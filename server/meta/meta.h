@@ -97,8 +97,9 @@ uint64_t meta_memtable_limit(void);
 
 /* Iterators see a consistent snapshot taken at meta_iter_new. NULL on out-of-memory. */
 struct meta_iter *meta_iter_new(struct meta *m, enum meta_cf cf);
-void meta_iter_free(struct meta_iter *it);                               /* NULL is fine */
-void meta_iter_seek(struct meta_iter *it, const void *key, size_t klen); /* first >= key */
+void meta_iter_free(struct meta_iter *it);                                    /* NULL is fine */
+void meta_iter_seek(struct meta_iter *it, const void *key, size_t klen);      /* first >= key */
+void meta_iter_seek_last(struct meta_iter *it, const void *key, size_t klen); /* last <= key */
 void meta_iter_seek_first(struct meta_iter *it);
 bool meta_iter_valid(const struct meta_iter *it);
 void meta_iter_next(struct meta_iter *it);

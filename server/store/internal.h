@@ -157,9 +157,17 @@ struct store {
     uint64_t compactions;
 
     struct store_loccache *loc; /* loccache.c: map entries and chunk locations for reads */
-    struct store_txn txn;       /* the one transaction: reused under commit_lock */
-    uint64_t wal_unflushed;     /* batch bytes since the last WAL flush */
-    uint64_t mem_unpolled;      /* batch bytes since the last memtable size poll */
+    struct store_mapend {       /* mapend.c, mapend_lock: where each map region's entries end */
+        uint32_t export_id;
+        bool untracked;    /* its table could not grow: every look-up asks RocksDB */
+        uint16_t *regions; /* per STORE_MAPEND_REGION chunks: end of its entries, or unknown */
+        uint64_t nregions;
+    } * mapend;
+    size_t nmapend, mapend_cap;
+    pthread_mutex_t mapend_lock;
+    struct store_txn txn;                       /* the one transaction: reused under commit_lock */
+    uint64_t wal_unflushed;                     /* batch bytes since the last WAL flush */
+    uint64_t mem_unpolled;                      /* batch bytes since the last memtable size poll */
     unsigned test_fail_skip, test_fail_commits; /* commit_lock: store_test_fail_commits */
     int test_fail_rc;
 
@@ -171,6 +179,17 @@ struct store {
     bool compact_stop;
     pthread_mutex_t compact_run; /* one compaction pass at a time (taken before commit_lock) */
 };
+
+/* mapend.c. Exports beyond the first STORE_MAPEND_EXPORTS looked up are not tracked (their
+ * look-ups always ask RocksDB). */
+#define STORE_MAPEND_EXPORTS 1024
+#define STORE_MAPEND_REGION  4096          /* chunks per region (16 MiB of 4 KiB chunks) */
+int store__mapend_init(struct store *st);  /* mapend_lock is initialized with the others */
+void store__mapend_fini(struct store *st); /* and destroyed here */
+/* True when chunk_idx of the export cannot have a map entry (past its region's end). */
+bool store__map_unwritten(struct store *st, uint32_t export_id, uint64_t chunk_idx);
+/* A commit's batch is applied: raise the ends of the exports it mapped chunks in. */
+void store__mapend_commit(struct store *st, const struct store_txn *tx);
 
 /* txn.c: the arguments of a new chunk record are consistent (add_chunk, early appends). */
 bool store__new_chunk_ok(uint8_t hash_alg, const uint8_t *hash, size_t hash_len, uint32_t len);

@@ -295,8 +295,10 @@ map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chu
 {
     uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
     meta_key_map_encode(key, export_id, chunk_idx);
-    ssize_t n = (nowait ? meta_get_cached : meta_get)(st->meta, META_CF_MAP, key, sizeof(key), val,
-                                                      sizeof(val));
+    ssize_t n = -ENOENT;
+    if (nowait || !store__map_unwritten(st, export_id, chunk_idx))
+        n = (nowait ? meta_get_cached : meta_get)(st->meta, META_CF_MAP, key, sizeof(key), val,
+                                                  sizeof(val));
     if (n < 0 && n != -ENOENT)
         return nowait ? -EAGAIN : (int) n;
     if (n == -ENOENT) {
@@ -569,6 +571,8 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     pthread_mutex_init(&st->compact_run, NULL);
     pthread_cond_init(&st->compact_cv, NULL);
 
+    pthread_mutex_init(&st->mapend_lock, NULL);
+
     int rc = -ENOMEM;
     st->dir = strdup(data_dir);
     st->seg_dir = join(data_dir, "segments");
@@ -611,6 +615,8 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
         }
     }
     rc = store__txn_init(&st->txn, st);
+    if (rc == 0)
+        rc = store__mapend_init(st);
     if (rc)
         goto fail;
     rc = counters_load(st);
@@ -660,6 +666,7 @@ store_close(struct store *st)
     store__seg_close_all(st);
     store__txn_fini(&st->txn);
     store__loc_fini(st);
+    store__mapend_fini(st);
     if (st->lock_fd >= 0)
         store__io->close(st->lock_fd);
     pthread_mutex_destroy(&st->commit_lock);

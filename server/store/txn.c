@@ -942,6 +942,7 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         d->sg->dirty = false;
         __atomic_sub_fetch(&d->sg->early_pending, (int) d->early_done, __ATOMIC_SEQ_CST);
     }
+    store__mapend_commit(st, tx);            /* before any reader can find the new entries cached */
     for (size_t i = 0; i < tx->nmaps; i++) { /* the batch is applied: reads may see it */
         const struct txn_map *m = &tx->maps[tx->map_used[i]];
         store__loc_map_set(st, m->export_id, m->chunk_idx, m->chunk_id);

@@ -179,6 +179,14 @@ Test(db, iterator_is_ordered_and_a_snapshot)
         cr_assert_eq(kl, 1);
     }
     cr_assert_str_eq(seen, "bcd");
+    size_t kl;
+    meta_iter_seek_last(it, "bz", 2); /* the last key <= "bz" */
+    cr_assert(meta_iter_valid(it));
+    cr_assert_eq(*(const char *) meta_iter_key(it, &kl), 'b');
+    meta_iter_seek_last(it, "c", 1); /* an exact key is its own answer */
+    cr_assert_eq(*(const char *) meta_iter_key(it, &kl), 'c');
+    meta_iter_seek_last(it, "0", 1); /* before every key */
+    cr_assert(!meta_iter_valid(it));
     cr_assert_eq(meta_iter_status(it), 0);
     meta_iter_free(it);
     meta_close(m);
