@@ -262,9 +262,9 @@ prefetch(struct wreq *w)
 static int
 append_early(struct wreq *w)
 {
+    const bool dedup = w->p.alg != DEDUPD_HASH_NONE;
     for (uint32_t i = 0; i < w->n; i++) {
         struct wchunk *c = &w->c[i];
-        bool dedup = w->p.alg != DEDUPD_HASH_NONE;
         if (c->zero || c->dup_of >= 0 || (dedup && c->pre != PRE_MISS && c->pre_same >= 0))
             continue;
         if (!dedup)

@@ -65,18 +65,8 @@ append_some(struct store *st, struct store_new_chunk *c, size_t n)
     const uint64_t off = sg->size, id = st->id_next;
     uint64_t at = off;
     for (size_t i = 0; i < n; i++) {
-        struct store_record_hdr h = {
-            .codec = STORE_CODEC_RAW,
-            .hash_alg = c[i].hash_alg,
-            .hash_len = c[i].hash_len,
-            .raw_len = c[i].len,
-            .stored_len = c[i].len,
-            .chunk_id = id + i,
-            .data_crc = c[i].crc,
-        };
-        if (c[i].hash_len)
-            memcpy(h.hash, c[i].hash, c[i].hash_len);
-        store_record_encode(hdr[i], &h);
+        store__encode_new_record(hdr[i], id + i, c[i].hash_alg, c[i].hash, c[i].hash_len, c[i].len,
+                                 c[i].crc);
         iov[2 * i] = (struct iovec){hdr[i], STORE_RECORD_HDR_LEN};
         iov[2 * i + 1] = (struct iovec){(void *) c[i].buf, c[i].len};
         c[i].id = id + i;

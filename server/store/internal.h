@@ -163,7 +163,7 @@ struct store {
         uint16_t *regions; /* per STORE_MAPEND_REGION chunks: end of its entries, or unknown */
         uint64_t nregions;
     } * mapend;
-    size_t nmapend, mapend_cap;
+    size_t nmapend; /* of STORE_MAPEND_EXPORTS slots */
     pthread_mutex_t mapend_lock;
     struct store_txn txn;                       /* the one transaction: reused under commit_lock */
     uint64_t wal_unflushed;                     /* batch bytes since the last WAL flush */
@@ -191,8 +191,11 @@ bool store__map_unwritten(struct store *st, uint32_t export_id, uint64_t chunk_i
 /* A commit's batch is applied: raise the ends of the exports it mapped chunks in. */
 void store__mapend_commit(struct store *st, const struct store_txn *tx);
 
-/* txn.c: the arguments of a new chunk record are consistent (add_chunk, early appends). */
+/* txn.c, for add_chunk and early appends: the arguments of a new chunk record are
+ * consistent; the header of its (raw) record. */
 bool store__new_chunk_ok(uint8_t hash_alg, const uint8_t *hash, size_t hash_len, uint32_t len);
+void store__encode_new_record(uint8_t out[STORE_RECORD_HDR_LEN], uint64_t id, uint8_t hash_alg,
+                              const uint8_t *hash, size_t hash_len, uint32_t len, uint32_t crc);
 
 /* loccache.c (see there for why a stale entry never yields wrong bytes). Any thread. */
 struct store_loc {

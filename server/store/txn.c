@@ -422,6 +422,24 @@ store__new_chunk_ok(uint8_t hash_alg, const uint8_t *hash, size_t hash_len, uint
            (!alg_len(hash_alg) || alg_len(hash_alg) == hash_len);
 }
 
+void
+store__encode_new_record(uint8_t out[STORE_RECORD_HDR_LEN], uint64_t id, uint8_t hash_alg,
+                         const uint8_t *hash, size_t hash_len, uint32_t len, uint32_t crc)
+{
+    struct store_record_hdr h = {
+        .codec = STORE_CODEC_RAW,
+        .hash_alg = hash_alg,
+        .hash_len = (uint8_t) hash_len,
+        .raw_len = len,
+        .stored_len = len,
+        .chunk_id = id,
+        .data_crc = crc,
+    };
+    if (hash_len)
+        memcpy(h.hash, hash, hash_len);
+    store_record_encode(out, &h);
+}
+
 static int
 add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t hash_len,
           const void *buf, uint32_t len, bool borrow, uint32_t crc, uint64_t *chunk_id)
@@ -441,18 +459,8 @@ add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t ha
     uint64_t id = st->id_next; /* append_lock: reserve_append took it */
     struct txn_chunk *e = chunk_slot(tx, id, &found);
 
-    struct store_record_hdr h = {
-        .codec = STORE_CODEC_RAW,
-        .hash_alg = hash_alg,
-        .hash_len = (uint8_t) hash_len,
-        .raw_len = len,
-        .stored_len = len,
-        .chunk_id = id,
-        .data_crc = borrow ? crc : crc32c(0, buf, len),
-    };
-    if (hash_len)
-        memcpy(h.hash, hash, hash_len);
-    store_record_encode(tx->wbuf + tx->wused, &h);
+    store__encode_new_record(tx->wbuf + tx->wused, id, hash_alg, hash, hash_len, len,
+                             borrow ? crc : crc32c(0, buf, len));
     if (borrow) {
         queue_piece(tx, NULL, STORE_RECORD_HDR_LEN);
         queue_piece(tx, buf, len);
