@@ -38,6 +38,8 @@ engine_open(const struct engine_options *opt, struct engine **out)
         .background_compaction = opt->background_compaction,
     };
     int rc = engine__hashpool_start(&e->hp);
+    if (rc == 0)
+        rc = engine__vcache_create(&e->vcache);
     if (rc < 0)
         goto fail;
     rc = store_open(opt->data_dir, &so, &e->st);
@@ -70,6 +72,7 @@ engine_close(struct engine *e)
     engine__settings_fini(e);
     store_close(e->st);
     engine__hashpool_stop(e->hp);
+    engine__vcache_destroy(e->vcache);
     engine__commitq_destroy(&e->commitq);
     pthread_rwlock_destroy(&e->settings_lock);
     pthread_mutex_destroy(&e->cat_mu);

@@ -145,9 +145,10 @@ struct engine {
     char default_name[DEDUPD_EXPORT_NAME_MAX + 1];
 
     struct engine_counters total;
-    engine_hash_fn hash_fn;     /* hash_compute, or a test's override */
-    struct engine_hashpool *hp; /* helper threads for hashing large requests */
-    _Atomic uint32_t hashing;   /* write requests in their hashing step now */
+    engine_hash_fn hash_fn;       /* hash_compute, or a test's override */
+    struct engine_hashpool *hp;   /* helper threads for hashing large requests */
+    struct engine_vcache *vcache; /* bytes of chunks verify read back (vcache.c) */
+    _Atomic uint32_t hashing;     /* write requests in their hashing step now */
 
     /* Hash entries staged by write transactions (the first 8 bytes of each hash), so that
      * a request can look its hashes up BEFORE taking the commit lock and, inside it,
@@ -168,6 +169,17 @@ int engine__hashpool_start(struct engine_hashpool **out);
 void engine__hashpool_stop(struct engine_hashpool *hp);
 void engine__hashpool_run(struct engine_hashpool *hp, uint32_t n, void (*fn)(void *arg, uint32_t i),
                           void *arg);
+
+/* vcache.c: the bytes of recently verified chunks of VCACHE_CHUNK_BYTES, by chunk id.
+ * compare: 1 when id is cached and its bytes equal data, 0 when they differ, -ENOENT when
+ * not cached (or not of that size). put: remembers bytes the store read back (CRC-checked)
+ * for id. Any thread. */
+#define VCACHE_CHUNK_BYTES DEDUPD_CHUNK_MIN
+struct engine_vcache;
+int engine__vcache_create(struct engine_vcache **out);
+void engine__vcache_destroy(struct engine_vcache *vc);
+int engine__vcache_compare(struct engine_vcache *vc, uint64_t id, const void *data, size_t len);
+void engine__vcache_put(struct engine_vcache *vc, uint64_t id, const void *stored, size_t len);
 
 /* settings.c */
 int engine__settings_load(struct engine *e);

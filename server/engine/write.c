@@ -206,6 +206,24 @@ find_request_dups(struct wreq *w)
     }
 }
 
+/* invariant 6: 1 when data equals chunk id's stored bytes, 0 when not, -errno when the
+ * chunk cannot be read back. From the verify cache when it holds the chunk, else read
+ * (CRC-checked by the store) into verify_buf and remembered there. */
+static int
+same_as_stored(struct wreq *w, uint64_t id, const uint8_t *data)
+{
+    int r = engine__vcache_compare(w->e->vcache, id, data, w->cs);
+    if (r >= 0)
+        return r;
+    ssize_t n = store_chunk_read(w->e->st, id, w->verify_buf, w->cs);
+    if (n < 0)
+        return (int) n;
+    if ((uint64_t) n != w->cs)
+        return 0;
+    engine__vcache_put(w->e->vcache, id, w->verify_buf, w->cs);
+    return memcmp(w->verify_buf, data, w->cs) == 0;
+}
+
 /* invariant 6 for an early index hit, outside the commit lock: compare c's bytes with those
  * of the chunk the index named. A chunk id is never reused and its bytes never change, so
  * the answer still holds in the transaction if the look-up there names the same chunk
@@ -214,11 +232,10 @@ find_request_dups(struct wreq *w)
 static void
 preverify(struct wreq *w, struct wchunk *c)
 {
-    ssize_t n = store_chunk_read(w->e->st, c->pre_id, w->verify_buf, w->cs);
-    if (n < 0)
+    int same = same_as_stored(w, c->pre_id, c->data);
+    if (same < 0)
         return;
     w->cnt.compares++;
-    bool same = (uint64_t) n == w->cs && !memcmp(w->verify_buf, c->data, w->cs);
     c->pre_same = same ? 1 : -1;
     w->cnt.mismatches += !same;
 }
@@ -415,18 +432,16 @@ confirm_hit(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint64
         *share = c->pre_same > 0;
         return 0;
     }
-    w->cnt.compares++;
-    ssize_t n = store_chunk_read(w->e->st, cand, w->verify_buf, w->cs);
-    if (n < 0) {
+    int same = same_as_stored(w, cand, c->data);
+    if (same < 0) {
         /* Never share with a chunk we cannot read back; store this one apart. */
         log_warn("engine: export %s: verify read of chunk id %" PRIu64 " failed: %s",
-                 w->xs->rec.name, cand, strerror((int) -n));
+                 w->xs->rec.name, cand, strerror(-same));
         return 0;
     }
-    if ((uint64_t) n == w->cs && !memcmp(w->verify_buf, c->data, w->cs))
-        *share = true;
-    else
-        w->cnt.mismatches++;
+    w->cnt.compares++;
+    *share = same;
+    w->cnt.mismatches += !same;
     return 0;
 }
 

@@ -278,6 +278,40 @@ Test(dedup, forced_collision_is_caught_by_verify_with_xxh3_in_memory)
     collision_case(DEDUPD_HASH_XXH3_128, "memory");
 }
 
+/* The second and later comparisons with a chunk use the bytes verify read back the first
+ * time (vcache.c). They must still tell colliding bytes apart, and a chunk freed after it
+ * was cached must never be shared again, however its bytes compare. */
+Test(dedup, verify_from_cached_bytes_still_separates_collisions_and_forgets_freed_chunks)
+{
+    struct fx f;
+    fx_open(&f);
+    set_dedup(&f, true, DEDUPD_HASH_XXH3_128, true);
+    engine_test_set_hash_fn(f.e, fx_colliding_hash);
+    write_seed(f.ex, 0, 1);      /* chunk A */
+    write_seed(f.ex, CS, 1);     /* compared with A (read back): shared */
+    write_seed(f.ex, 2 * CS, 2); /* compared with A (cached): differs, stored apart */
+    write_seed(f.ex, 3 * CS, 1); /* the index names A or the seed-2 chunk: never wrong */
+    cr_assert_eq(fx_chunks(&f), 2);
+    assert_chunk(f.ex, 0, 1);
+    assert_chunk(f.ex, CS, 1);
+    assert_chunk(f.ex, 2 * CS, 2);
+    assert_chunk(f.ex, 3 * CS, 1);
+    struct engine_stats s = stats_of(&f, NULL);
+    cr_assert_geq(s.verify_mismatches, 1);
+
+    /* Free every seed-1 chunk: their cache entries stay, their ids are gone for good. */
+    for (uint64_t off = 0; off < 4 * CS; off += CS)
+        if (off != 2 * CS)
+            cr_assert_eq(engine_trim(f.ex, off, CS, 0), 0);
+    cr_assert_eq(fx_chunks(&f), 1);
+    write_seed(f.ex, 4 * CS, 1); /* bytes of a freed, cached chunk: a new chunk */
+    cr_assert_eq(fx_chunks(&f), 2);
+    assert_chunk(f.ex, 2 * CS, 2);
+    assert_chunk(f.ex, 4 * CS, 1);
+    engine_test_set_hash_fn(f.e, NULL);
+    fx_close(&f);
+}
+
 Test(dedup, counters_are_exact_after_a_scripted_sequence)
 {
     struct fx f;
