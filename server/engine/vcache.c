@@ -10,13 +10,13 @@
  * still live, and an id is never handed out again.
  *
  * Direct-mapped by chunk id, SLOTS slots of VCACHE_CHUNK_BYTES (only chunks of exactly that
- * size are kept: the default chunk size), the byte array allocated at the first insert, so
- * a server that never verifies pays nothing. Slots are guarded by striped mutexes; a
- * comparison runs under its stripe's lock (a memcmp of 4 KiB). */
+ * size are kept: the default chunk size). The byte array is one mapping whose pages become
+ * resident only as inserts fill slots, so a server that never verifies keeps none of it.
+ * Slots are guarded by striped mutexes; a comparison runs under its stripe's lock (a memcmp
+ * of 4 KiB). */
 #include "engine/internal.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,9 +26,8 @@
 
 struct engine_vcache {
     pthread_mutex_t mu[STRIPES];
-    pthread_mutex_t alloc_mu;
     uint64_t ids[SLOTS]; /* 0: empty (chunk ids start at 1) */
-    uint8_t *_Atomic bytes;
+    uint8_t *bytes;      /* SLOTS * VCACHE_CHUNK_BYTES */
 };
 
 static uint32_t
@@ -43,9 +42,14 @@ engine__vcache_create(struct engine_vcache **out)
     struct engine_vcache *vc = calloc(1, sizeof(*vc));
     if (!vc)
         return -ENOMEM;
+    /* Larger than malloc's mmap threshold: untouched pages cost address space only. */
+    vc->bytes = malloc((size_t) SLOTS * VCACHE_CHUNK_BYTES);
+    if (!vc->bytes) {
+        free(vc);
+        return -ENOMEM;
+    }
     for (uint32_t i = 0; i < STRIPES; i++)
         pthread_mutex_init(&vc->mu[i], NULL);
-    pthread_mutex_init(&vc->alloc_mu, NULL);
     *out = vc;
     return 0;
 }
@@ -57,23 +61,21 @@ engine__vcache_destroy(struct engine_vcache *vc)
         return;
     for (uint32_t i = 0; i < STRIPES; i++)
         pthread_mutex_destroy(&vc->mu[i]);
-    pthread_mutex_destroy(&vc->alloc_mu);
-    free(atomic_load(&vc->bytes));
+    free(vc->bytes);
     free(vc);
 }
 
 int
 engine__vcache_compare(struct engine_vcache *vc, uint64_t id, const void *data, size_t len)
 {
-    uint8_t *bytes = atomic_load_explicit(&vc->bytes, memory_order_acquire);
-    if (!bytes || len != VCACHE_CHUNK_BYTES || id == 0)
+    if (len != VCACHE_CHUNK_BYTES || id == 0)
         return -ENOENT;
     uint32_t s = slot_of(id);
     pthread_mutex_t *mu = &vc->mu[s % STRIPES];
     pthread_mutex_lock(mu);
     int rc = -ENOENT;
     if (vc->ids[s] == id)
-        rc = memcmp(bytes + (size_t) s * VCACHE_CHUNK_BYTES, data, len) == 0;
+        rc = memcmp(vc->bytes + (size_t) s * VCACHE_CHUNK_BYTES, data, len) == 0;
     pthread_mutex_unlock(mu);
     return rc;
 }
@@ -83,22 +85,10 @@ engine__vcache_put(struct engine_vcache *vc, uint64_t id, const void *stored, si
 {
     if (len != VCACHE_CHUNK_BYTES || id == 0)
         return;
-    uint8_t *bytes = atomic_load_explicit(&vc->bytes, memory_order_acquire);
-    if (!bytes) {
-        pthread_mutex_lock(&vc->alloc_mu);
-        bytes = atomic_load(&vc->bytes);
-        if (!bytes) {
-            bytes = malloc((size_t) SLOTS * VCACHE_CHUNK_BYTES);
-            atomic_store_explicit(&vc->bytes, bytes, memory_order_release);
-        }
-        pthread_mutex_unlock(&vc->alloc_mu);
-        if (!bytes)
-            return; /* only a cache: verify reads the chunk every time */
-    }
     uint32_t s = slot_of(id);
     pthread_mutex_t *mu = &vc->mu[s % STRIPES];
     pthread_mutex_lock(mu);
-    memcpy(bytes + (size_t) s * VCACHE_CHUNK_BYTES, stored, len);
+    memcpy(vc->bytes + (size_t) s * VCACHE_CHUNK_BYTES, stored, len);
     vc->ids[s] = id;
     pthread_mutex_unlock(mu);
 }
