@@ -165,9 +165,10 @@ struct store {
     } * mapend;
     size_t nmapend; /* of STORE_MAPEND_EXPORTS slots */
     pthread_mutex_t mapend_lock;
-    struct store_txn txn;                       /* the one transaction: reused under commit_lock */
-    uint64_t wal_unflushed;                     /* batch bytes since the last WAL flush */
-    uint64_t mem_unpolled;                      /* batch bytes since the last memtable size poll */
+    struct store_txn txn;   /* the one transaction: reused under commit_lock */
+    uint64_t wal_unflushed; /* batch bytes since the last WAL flush */
+    uint64_t mem_unpolled;  /* batch bytes since the last memtable size poll */
+    int seg_sync_err;       /* atomic: the first failed segment fdatasync (-errno), sticky */
     unsigned test_fail_skip, test_fail_commits; /* commit_lock: store_test_fail_commits */
     int test_fail_rc;
 

@@ -237,9 +237,26 @@ store__seg_put_meta_synced(struct meta_batch *b, const struct store_seg *sg)
     seg_put(b, sg, sg->synced, 0, 0);
 }
 
+/* Linux reports a failed write-back to one fdatasync only: a later one on the same file
+ * succeeds although the bytes are lost. So the first failure is kept and every later sync
+ * of the store fails with it, rather than let a WAL flush promise those bytes. */
+static int
+sync_failed(struct store *st, struct store_seg *sg, int rc)
+{
+    int none = 0;
+    __atomic_compare_exchange_n(&st->seg_sync_err, &none, rc, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    log_err("store: seg %" PRIu32 ": fdatasync: %s; the store accepts no further sync", sg->id,
+            strerror(-rc));
+    return rc;
+}
+
 int
 store__seg_sync_all(struct store *st)
 {
+    int err = __atomic_load_n(&st->seg_sync_err, __ATOMIC_SEQ_CST);
+    if (err)
+        return err;
     for (size_t i = 0; i < st->nsegs; i++) {
         struct store_seg *sg = st->segs[i];
         /* Taken before the fdatasync: early appends may grow the segment meanwhile. */
@@ -250,8 +267,7 @@ store__seg_sync_all(struct store *st)
         int rc = store__io->fdatasync(sg->fd);
         if (rc) {
             __atomic_store_n(&sg->unsynced, 1, __ATOMIC_SEQ_CST);
-            log_err("store: seg %" PRIu32 ": fdatasync: %s", sg->id, strerror(-rc));
-            return rc;
+            return sync_failed(st, sg, rc);
         }
         sg->synced = size;
         sg->dirty = true; /* the watermark goes to meta in the sync's own batch */
@@ -285,7 +301,7 @@ store__wal_hook(void *arg, bool before)
     }
     pthread_rwlock_wrlock(&st->wal_lock);
     struct store_seg *todo[64];
-    int rc = 0;
+    int rc = __atomic_load_n(&st->seg_sync_err, __ATOMIC_SEQ_CST);
     for (bool more = true; more && rc == 0;) {
         size_t n = 0;
         more = false;
@@ -308,7 +324,7 @@ store__wal_hook(void *arg, bool before)
             if (r) {
                 __atomic_store_n(&todo[i]->unsynced, 1, __ATOMIC_SEQ_CST);
                 if (!rc)
-                    log_err("store: seg %" PRIu32 ": fdatasync: %s", todo[i]->id, strerror(-r));
+                    sync_failed(st, todo[i], r);
                 rc = r;
             }
             store__seg_put(st, todo[i]);

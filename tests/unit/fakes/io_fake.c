@@ -30,6 +30,7 @@ struct ffile {
 static struct ffile *files[MAX_FILES];
 static struct ffile *fds[MAX_FILES];
 static bool failing;
+static unsigned syncs_to_fail;
 static uint64_t rng;
 
 static uint64_t
@@ -229,6 +230,17 @@ f_pwrite(int fd, const void *buf, size_t len, uint64_t off)
     return (ssize_t) len;
 }
 
+static void
+forget_ops(struct ffile *f)
+{
+    for (size_t i = 0; i < f->nops; i++)
+        free(f->ops[i].data);
+    f->nops = 0;
+}
+
+/* The durable image gets the writes recorded since the last sync, not the current contents:
+ * writes forgotten by a failed sync (below) stay in the current contents only, as Linux
+ * keeps them in the page cache, clean, after their write-back failed. */
 static int
 f_fdatasync(int fd)
 {
@@ -237,14 +249,20 @@ f_fdatasync(int fd)
         return -EBADF;
     if (failing)
         return -EIO;
-    free(f->dur);
-    f->dur = malloc(f->cur_len ? f->cur_len : 1);
-    if (f->cur_len)
-        memcpy(f->dur, f->cur, f->cur_len);
-    f->dur_len = f->cur_len;
-    for (size_t i = 0; i < f->nops; i++)
-        free(f->ops[i].data);
-    f->nops = 0;
+    if (syncs_to_fail) {
+        syncs_to_fail--;
+        forget_ops(f);
+        return -EIO;
+    }
+    size_t cap = f->dur_len;
+    for (size_t i = 0; i < f->nops; i++) {
+        const struct wop *o = &f->ops[i];
+        if (o->trunc)
+            apply_trunc(&f->dur, &f->dur_len, &cap, o->off);
+        else
+            apply_write(&f->dur, &f->dur_len, &cap, o->off, o->data, o->len);
+    }
+    forget_ops(f);
     return 0;
 }
 
@@ -361,6 +379,7 @@ void
 io_fake_install(void)
 {
     failing = false;
+    syncs_to_fail = 0;
     store_io_set(&fake_ops);
 }
 
@@ -388,6 +407,12 @@ void
 io_fake_fail_all(bool on)
 {
     failing = on;
+}
+
+void
+io_fake_fail_syncs(unsigned n)
+{
+    syncs_to_fail = n;
 }
 
 uint64_t

@@ -20,6 +20,10 @@ void io_fake_install(void);
 void io_fake_uninstall(void);
 /* While on, every operation fails with -EIO (the machine is off). */
 void io_fake_fail_all(bool on);
+/* The next n fdatasync calls fail with -EIO and, as Linux does after a failed write-back,
+ * forget the file's unsynced writes: they stay readable but no later sync makes them
+ * durable, and a power cut loses them. */
+void io_fake_fail_syncs(unsigned n);
 /* Loses the volatile cache as described above; returns the number of unsynced writes that
  * were dropped or torn. */
 unsigned io_fake_power_cut(uint64_t seed);
