@@ -56,6 +56,7 @@ print_json(const Dedupd__StatusResult *s)
     json_u64(&j, "uptime_sec", s->uptime_sec);
     json_str(&j, "version", s->version);
     json_u64(&j, "protocol", s->protocol);
+    json_i64(&j, "sync_error", s->sync_error);
     json_obj_end(&j);
 }
 
@@ -63,6 +64,11 @@ static void
 print_table(const Dedupd__StatusResult *s)
 {
     bool mem = strcmp(s->backend, "memory") == 0;
+    if (s->sync_error)
+        printf("DURABILITY LOST:     a segment fdatasync failed (%s): every flush fails and\n"
+               "                     nothing written since is durable; check the disk and\n"
+               "                     restart dedupd (its recovery checks the unsynced tail)\n",
+               strerror(s->sync_error));
     printf("dedup:               %s\n", s->enabled ? "enabled" : "disabled");
     printf("back-end:            %s\n", s->backend);
     printf("hash:                %s\n", s->hash);

@@ -63,6 +63,7 @@ ctl__cmd_status(struct ctl_call *call)
     r->nbd_connections = call->nbd_connections;
     r->exports = (uint32_t) n_exports;
     r->unique_chunks = ss.chunks;
+    r->sync_error = -ss.sync_error;
 
     /* Measured per-entry cost when the running back-end has entries, else the estimate. */
     bool is_memory = strcmp(cfg.backend, "memory") == 0;

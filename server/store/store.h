@@ -215,6 +215,10 @@ struct store_stats {
     uint64_t segments;
     uint64_t meta_bytes;  /* RocksDB size on disk */
     uint64_t compactions; /* segments compacted since open */
+    /* 0, or the -errno of the first segment fdatasync that failed since open: from then on
+     * every sync fails with it and nothing written is durable until a restart (whose
+     * recovery checks the unsynced tail; docs/store.md, Durability). */
+    int sync_error;
 };
 int store_stats(struct store *st, struct store_stats *out);
 

@@ -1,6 +1,7 @@
 /* dedupd-ctl end to end against a control server with the fake engine: tables, --json,
  * exit codes (0 ok, 1 server/connection error, 2 usage) and messages naming the program. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -93,6 +94,19 @@ Test(cli, status_table_and_json)
     HAS(out, "\"nbd_connections\": 2");
     cr_assert_eq(ctl("status", "--json", NULL), 0);
     HAS(out, "\"hash\": \"sha256\"");
+    HAS(out, "\"sync_error\": 0");
+    cr_assert_eq(ctl("status", NULL), 0);
+    cr_assert_null(strstr(out, "DURABILITY"), "%s", out);
+}
+
+Test(cli, status_says_when_durability_is_lost)
+{
+    fake_engine_set_sync_error(-EIO);
+    cr_assert_eq(ctl("status", NULL), 0, "%s", err);
+    HAS(out, "DURABILITY LOST:     a segment fdatasync failed (Input/output error)");
+    HAS(out, "restart dedupd");
+    cr_assert_eq(ctl("--json", "status", NULL), 0);
+    HAS(out, "\"sync_error\": 5");
 }
 
 Test(cli, enable_disable)

@@ -79,6 +79,17 @@ Test(cmd, status_reports_settings_usage_and_estimates)
     cr_assert_eq(s->memory_at_limit, 32768ULL * 44);
     /* rocksdb running: measured 600 B / 10 entries, times 3 unique chunks. */
     cr_assert_eq(s->rocksdb_index_estimate, 180);
+    cr_assert_eq(s->sync_error, 0);
+    dedupd__response__free_unpacked(r, NULL);
+}
+
+Test(cmd, status_reports_a_failed_segment_sync_as_a_positive_errno)
+{
+    fake_engine_set_sync_error(-EIO);
+    Dedupd__StatusRequest q = DEDUPD__STATUS_REQUEST__INIT;
+    REQ(status, STATUS, &q);
+    Dedupd__Response *r = call_ok(&req, DEDUPD__RESPONSE__RESULT_STATUS_RESULT);
+    cr_assert_eq(r->status_result->sync_error, EIO);
     dedupd__response__free_unpacked(r, NULL);
 }
 

@@ -22,6 +22,7 @@ static struct fake {
     int dedup_set_calls;
     unsigned maint_steps;
     int maint_sleep_ms;
+    int sync_error;
 } fk;
 
 /* Opaque handles: any distinct non-NULL addresses do. */
@@ -59,6 +60,12 @@ void
 fake_engine_fail_dedup_set(int err)
 {
     fk.fail_dedup_set = err;
+}
+
+void
+fake_engine_set_sync_error(int err)
+{
+    fk.sync_error = err;
 }
 
 int
@@ -271,6 +278,7 @@ store_stats(struct store *st, struct store_stats *out)
     out->disk_bytes = 1 << 20;
     out->dead_bytes = 4096;
     out->segments = 1;
+    out->sync_error = fk.sync_error;
     return 0;
 }
 

@@ -14,6 +14,8 @@ void fake_engine_set_open_handles(const char *name, uint32_t n);
 /* Make engine_dedup_set fail with err (0 = succeed). */
 void fake_engine_fail_dedup_set(int err);
 int fake_engine_dedup_set_calls(void);
+/* store_stats reports this sync_error (-errno; 0 = none). */
+void fake_engine_set_sync_error(int err);
 /* gc/scrub/check report `steps` progress updates, sleeping sleep_ms before each. */
 void fake_engine_maint(unsigned steps, int sleep_ms);
 
