@@ -80,14 +80,26 @@ assert_reads(struct fx *f, const uint8_t *want)
     cr_assert(!memcmp(got, want, REGION), "the export differs from its state at the last flush");
 }
 
+/* A fresh test directory: the engine's data directory, its database, and the snapshot the
+ * power cut restores. */
+struct dirs {
+    char dir[64], data[128], db[160], snap[160];
+};
+
+static void
+dirs_new(struct dirs *d)
+{
+    cr_assert_not_null(tmpdir_new(d->dir, sizeof(d->dir)));
+    snprintf(d->data, sizeof(d->data), "%s/data", d->dir);
+    snprintf(d->db, sizeof(d->db), "%s/db", d->data);
+    snprintf(d->snap, sizeof(d->snap), "%s/snap", d->dir);
+}
+
 static void
 run(uint64_t seed, const char *backend)
 {
-    char dir[64], data[128], db[160], snap[160];
-    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
-    snprintf(data, sizeof(data), "%s/data", dir);
-    snprintf(db, sizeof(db), "%s/db", data);
-    snprintf(snap, sizeof(snap), "%s/snap", dir);
+    struct dirs d;
+    dirs_new(&d);
     io_fake_install();
     rng = seed;
     static uint8_t shadow[REGION], synced[REGION], pat[6][CS], buf[4 * CS];
@@ -97,14 +109,14 @@ run(uint64_t seed, const char *backend)
         fx_fill(pat[i], CS, (uint32_t) (seed * 10 + (uint64_t) i));
     for (int round = 0; round < 4; round++) {
         struct fx f = {0};
-        open_engine(&f, data);
+        open_engine(&f, d.data);
         if (round == 0)
             fx_set_backend(&f, backend);
         assert_reads(&f, synced);
         fx_check(&f);
         memcpy(shadow, synced, sizeof(shadow));
         cr_assert_eq(engine_flush(f.e), 0);
-        copy_dir(db, snap);
+        copy_dir(d.db, d.snap);
         for (int op = 0; op < 60; op++) {
             uint32_t len = 1 + rnd(sizeof(buf));
             uint64_t off = rnd(REGION - len + 1);
@@ -128,7 +140,7 @@ run(uint64_t seed, const char *backend)
             if (rnd(10) == 0) {
                 cr_assert_eq(engine_flush(f.e), 0);
                 memcpy(synced, shadow, sizeof(synced));
-                copy_dir(db, snap);
+                copy_dir(d.db, d.snap);
             }
         }
         /* Power off: no more I/O reaches the fake disk; closing must not crash or leak. */
@@ -137,11 +149,11 @@ run(uint64_t seed, const char *backend)
         engine_close(f.e);
         io_fake_fail_all(false);
         io_fake_power_cut(seed * 31 + (uint64_t) round);
-        tmpdir_rm(db);
-        copy_dir(snap, db);
+        tmpdir_rm(d.db);
+        copy_dir(d.snap, d.db);
     }
     struct fx f = {0};
-    open_engine(&f, data);
+    open_engine(&f, d.data);
     assert_reads(&f, synced);
     fx_check(&f);
     struct engine_stats s;
@@ -150,7 +162,7 @@ run(uint64_t seed, const char *backend)
     engine_export_close(f.ex);
     engine_close(f.e);
     io_fake_uninstall();
-    tmpdir_rm(dir);
+    tmpdir_rm(d.dir);
 }
 
 Test(powercut, flushed_state_survives_with_rocksdb_index, .timeout = 120)
@@ -172,20 +184,17 @@ Test(powercut, flushed_state_survives_with_memory_index, .timeout = 120)
 Test(powercut, a_failed_sync_fails_every_later_flush_until_restart)
 {
     log_set_level(LOG_LEVEL_ERROR);
-    char dir[64], data[128], db[160], snap[160];
-    cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));
-    snprintf(data, sizeof(data), "%s/data", dir);
-    snprintf(db, sizeof(db), "%s/db", data);
-    snprintf(snap, sizeof(snap), "%s/snap", dir);
+    struct dirs d;
+    dirs_new(&d);
     io_fake_install();
     static uint8_t synced[REGION], later[REGION];
     fx_fill(synced, REGION, 77);
     fx_fill(later, REGION, 78);
     struct fx f = {0};
-    open_engine(&f, data);
+    open_engine(&f, d.data);
     cr_assert_eq(engine_write(f.ex, 0, REGION, synced, 0), 0);
     cr_assert_eq(engine_flush(f.e), 0);
-    copy_dir(db, snap);
+    copy_dir(d.db, d.snap);
     struct store_stats ss;
     cr_assert_eq(store_stats(engine_store(f.e), &ss), 0);
     cr_assert_eq(ss.sync_error, 0);
@@ -203,9 +212,9 @@ Test(powercut, a_failed_sync_fails_every_later_flush_until_restart)
     engine_close(f.e);
     io_fake_fail_all(false);
     io_fake_power_cut(7);
-    tmpdir_rm(db);
-    copy_dir(snap, db);
-    open_engine(&f, data);
+    tmpdir_rm(d.db);
+    copy_dir(d.snap, d.db);
+    open_engine(&f, d.data);
     assert_reads(&f, synced);
     fx_check(&f);
     cr_assert_eq(engine_flush(f.e), 0);
@@ -214,5 +223,5 @@ Test(powercut, a_failed_sync_fails_every_later_flush_until_restart)
     engine_export_close(f.ex);
     engine_close(f.e);
     io_fake_uninstall();
-    tmpdir_rm(dir);
+    tmpdir_rm(d.dir);
 }
