@@ -55,6 +55,8 @@ on_closed(uv_handle_t *h)
      * engine, and every reply write has completed or been cancelled by uv_close. */
     while (c->reqs)
         nbd__req_free(c->reqs);
+    if (srv->n_conns == 0)
+        bufpool_trim(srv->bufs); /* nobody to reuse them soon: give the memory back */
     engine_export_close(c->ex);
     free(c->inbuf);
     free(c->opt_buf);
@@ -399,7 +401,7 @@ nbd__req_free(struct nbd_req *req)
         req->next->prev = req->prev;
     c->inflight--;
     c->inflight_bytes -= req->bytes;
-    free(req->buf);
+    bufpool_put(c->srv->bufs, req->buf, req->buf_len);
     free(req->out);
     free(req->bufs);
     free(req->ext);

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "nbd/nbd.h"
 #include "nbd/wire.h"
+#include "util/bufpool.h"
 
 struct nbd_conn;
 
@@ -34,6 +35,7 @@ struct nbd_server {
     struct nbd_limits limits; /* defaults filled in */
     struct nbd_listener *listeners;
     struct nbd_conn *conns; /* doubly linked through conn->prev/next */
+    struct bufpool *bufs;   /* READ and WRITE payload buffers, reused (loop thread only) */
     uint32_t n_conns;
     uint64_t next_conn_id;
     uint64_t refused;              /* connections closed at accept because of max_connections */
@@ -71,6 +73,9 @@ enum nbd_conn_state {
 /* Input buffer: one read() worth; headers and small payloads are copied out of it (large
  * payloads mostly bypass it: NBD_DIRECT_MIN). */
 #define NBD_INBUF_SIZE (64u << 10)
+/* Payload buffers kept idle for reuse by the server's connections together: enough for
+ * the ups and downs of 4 connections with 64 requests of 256 KiB each in flight. */
+#define NBD_BUFPOOL_IDLE_MAX ((size_t) 16 << 20)
 /* A WRITE payload with at least this much still to come, and nothing of it buffered, is
  * read from the socket straight into the request's buffer: no copy through inbuf. Smaller
  * rests go through inbuf, so the next request headers arrive in the same read. */
@@ -86,6 +91,7 @@ struct nbd_req {
     uint16_t type;
     uint16_t flags;
     uint8_t *buf;              /* WRITE payload / READ data (len bytes), or NULL */
+    size_t buf_len;            /* what buf was taken from srv->bufs for */
     uint64_t bytes;            /* counted in conn->inflight_bytes */
     int err;                   /* decided before the engine (-errno), 0 = submit */
     const char *msg;           /* human text for a structured error chunk, static */

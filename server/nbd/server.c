@@ -23,6 +23,7 @@ finish_if_done(struct nbd_server *srv)
         return;
     void (*done)(void *) = srv->stop_done;
     void *arg = srv->stop_arg;
+    bufpool_destroy(srv->bufs);
     free(srv);
     log_debug("nbd: server stopped");
     if (done)
@@ -186,6 +187,11 @@ nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *list
         return -ENOMEM;
     srv->loop = loop;
     srv->engine = engine;
+    srv->bufs = bufpool_new(NBD_BUFPOOL_IDLE_MAX);
+    if (!srv->bufs) {
+        free(srv);
+        return -ENOMEM;
+    }
     if (limits)
         srv->limits = *limits;
     if (srv->limits.max_connections == 0)

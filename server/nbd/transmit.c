@@ -66,7 +66,8 @@ submit(struct nbd_conn *c, struct nbd_req *req)
          * engine's read path (and its block cache) is all it promises. */
         if (req->type == NBD_CMD_CACHE && req->len > DEDUPD_NBD_MAX_PAYLOAD)
             er->len = DEDUPD_NBD_MAX_PAYLOAD;
-        req->buf = malloc(er->len);
+        req->buf = bufpool_get(c->srv->bufs, er->len);
+        req->buf_len = er->len;
         if (!req->buf) {
             nbd__reply(req, -ENOMEM);
             return;
@@ -251,7 +252,8 @@ nbd__tx_req_hdr(struct nbd_conn *c)
     }
     c->cur = req;
     if (req->err == 0 && len > 0) {
-        req->buf = malloc(len);
+        req->buf = bufpool_get(c->srv->bufs, len);
+        req->buf_len = len;
         if (!req->buf) {
             req->err = -ENOMEM;
             req->msg = "out of memory for the payload";
