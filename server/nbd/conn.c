@@ -72,7 +72,7 @@ maybe_close(struct nbd_conn *c)
         return;
     if (c->engine_pending > 0)
         return;
-    if (!c->force && c->writes_pending > 0)
+    if (!c->force && (c->writes_pending > 0 || c->parked))
         return;
     c->closing = true;
     if (c->reading)
@@ -401,11 +401,16 @@ nbd__req_free(struct nbd_req *req)
         req->next->prev = req->prev;
     c->inflight--;
     c->inflight_bytes -= req->bytes;
+    if (req->read_held) {
+        c->reads_held--;
+        c->read_held_bytes -= req->bytes;
+    }
     bufpool_put(c->srv->bufs, req->buf, req->buf_len);
     free(req->out);
     free(req->bufs);
     free(req->ext);
     free(req);
+    nbd__tx_resume_reads(c); /* before the kick: a stopping connection waits for them */
     nbd__conn_kick(c);
 }
 

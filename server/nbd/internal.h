@@ -76,6 +76,15 @@ enum nbd_conn_state {
 /* Payload buffers kept idle for reuse by the server's connections together: enough for
  * the ups and downs of 4 connections with 64 requests of 256 KiB each in flight. */
 #define NBD_BUFPOOL_IDLE_MAX ((size_t) 16 << 20)
+/* Read data filled but not yet sent, per connection, before further READs wait (parked,
+ * without a buffer) for a reply to go out; at least NBD_READS_HELD_MIN reads are always
+ * let through, so one fills while another is sent. Other requests are not held up. A client that asks faster than it takes its replies (nbdcopy keeps
+ * 64 reads of 256 KiB in flight per connection) otherwise has the workers fill up to
+ * 64 MiB of buffers that then wait for the socket: by the time they are sent they are
+ * out of the CPU caches, and both the fill and the send copy cost up to twice as much
+ * (docs/benchmarks.md, item 28). */
+#define NBD_READ_HELD_MAX  ((uint64_t) 1 << 20)
+#define NBD_READS_HELD_MIN 2
 /* A WRITE payload with at least this much still to come, and nothing of it buffered, is
  * read from the socket straight into the request's buffer: no copy through inbuf. Smaller
  * rests go through inbuf, so the next request headers arrive in the same read. */
@@ -93,6 +102,8 @@ struct nbd_req {
     uint8_t *buf;              /* WRITE payload / READ data (len bytes), or NULL */
     size_t buf_len;            /* what buf was taken from srv->bufs for */
     uint64_t bytes;            /* counted in conn->inflight_bytes */
+    bool read_held;            /* a read buffer counted in conn->read_held_bytes */
+    struct nbd_req *park_next; /* conn->parked */
     int err;                   /* decided before the engine (-errno), 0 = submit */
     const char *msg;           /* human text for a structured error chunk, static */
     struct engine_extent *ext; /* BLOCK_STATUS */
@@ -148,6 +159,9 @@ struct nbd_conn {
     uint32_t pay_have;
     uint32_t inflight;       /* live requests (until their reply is written) */
     uint64_t inflight_bytes; /* payload and read buffers they hold */
+    uint32_t reads_held;     /* READ/CACHE requests holding a buffer until their reply is sent */
+    uint64_t read_held_bytes;
+    struct nbd_req *parked, *parked_tail; /* READs waiting for the held bytes to drop */
     unsigned engine_pending; /* requests submitted to the engine, not yet done */
     unsigned writes_pending; /* uv_write in flight (option replies and request replies) */
 };
@@ -190,6 +204,9 @@ void nbd__tx_payload_done(struct nbd_conn *c);
 void nbd__tx_skip_done(struct nbd_conn *c);
 /* Whether another request may be read now (limits on requests and bytes in flight). */
 bool nbd__tx_can_accept(const struct nbd_conn *c);
+/* Submits parked READs while the bound on held read data allows (after a reply went out);
+ * nothing once the connection is closing. */
+void nbd__tx_resume_reads(struct nbd_conn *c);
 
 /* reply.c */
 uint32_t nbd__errno_to_nbd(int neg_errno);

@@ -48,8 +48,14 @@ on_engine_done(struct engine_req *er)
     nbd__conn_kick(c);
 }
 
+static bool
+reads_full(const struct nbd_conn *c)
+{
+    return c->reads_held >= NBD_READS_HELD_MIN && c->read_held_bytes >= NBD_READ_HELD_MAX;
+}
+
 static void
-submit(struct nbd_conn *c, struct nbd_req *req)
+start(struct nbd_conn *c, struct nbd_req *req)
 {
     struct engine_req *er = &req->er;
     er->engine = c->srv->engine;
@@ -74,6 +80,9 @@ submit(struct nbd_conn *c, struct nbd_req *req)
         }
         req->bytes = er->len;
         c->inflight_bytes += er->len;
+        req->read_held = true;
+        c->reads_held++;
+        c->read_held_bytes += er->len;
         er->op = ENGINE_OP_READ;
         er->buf = req->buf;
         /* A small read of cached data is answered here: handing it to a worker and back
@@ -128,6 +137,35 @@ submit(struct nbd_conn *c, struct nbd_req *req)
         log_warn("nbd: conn %" PRIu64 " (%s): %s: cannot submit: %s", c->id, c->peer,
                  nbd__cmd_name(req->type), strerror(-rc));
         nbd__reply(req, rc);
+    }
+}
+
+/* Starts req now, or parks a READ while the connection holds enough read data. */
+static void
+submit(struct nbd_conn *c, struct nbd_req *req)
+{
+    if ((req->type == NBD_CMD_READ || req->type == NBD_CMD_CACHE) && (reads_full(c) || c->parked)) {
+        /* In arrival order, started again by nbd__tx_resume_reads. */
+        req->park_next = NULL;
+        if (c->parked_tail)
+            c->parked_tail->park_next = req;
+        else
+            c->parked = req;
+        c->parked_tail = req;
+        return;
+    }
+    start(c, req);
+}
+
+void
+nbd__tx_resume_reads(struct nbd_conn *c)
+{
+    while (c->parked && !c->closing && !reads_full(c)) {
+        struct nbd_req *req = c->parked;
+        c->parked = req->park_next;
+        if (!c->parked)
+            c->parked_tail = NULL;
+        start(c, req);
     }
 }
 

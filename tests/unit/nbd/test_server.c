@@ -1,10 +1,12 @@
 /* Tests server/nbd/server.c and the limits in conn.c/transmit.c: listener addresses, stale
- * Unix sockets, max_connections, max_inflight and max_inflight_bytes backpressure, and
+ * Unix sockets, max_connections, max_inflight and max_inflight_bytes backpressure, the
+ * bound on read data held for the socket, and
  * stopping the server with requests in flight. */
 #include <criterion/criterion.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +154,82 @@ Test(server, max_inflight_bytes_limits_buffers)
     fake_io_counters(h.e, &cnt);
     cr_assert_eq(cnt.reads, 6);
     cr_assert_eq(cnt.max_concurrent, 1, "max concurrent %u", cnt.max_concurrent);
+    h_stop(&h);
+}
+
+Test(server, read_data_waiting_for_the_socket_is_bounded)
+{
+    /* Default limits: 1 MiB of read buffers held per connection, so two 512 KiB reads
+     * at a time although four workers are free (and 128 MiB of max_inflight_bytes). */
+    h_start(&h, NULL, false);
+    delayed_reads(6, 512 << 10);
+    struct fake_io_counters cnt;
+    fake_io_counters(h.e, &cnt);
+    cr_assert_eq(cnt.reads, 6);
+    cr_assert_eq(cnt.max_concurrent, 2, "max concurrent %u", cnt.max_concurrent);
+    h_stop(&h);
+}
+
+Test(server, reads_larger_than_the_held_bound_still_overlap)
+{
+    /* Two at a time, so one fills while the other is sent. */
+    h_start(&h, NULL, false);
+    delayed_reads(4, 4 << 20);
+    struct fake_io_counters cnt;
+    fake_io_counters(h.e, &cnt);
+    cr_assert_eq(cnt.reads, 4);
+    cr_assert_eq(cnt.max_concurrent, 2, "max concurrent %u", cnt.max_concurrent);
+    h_stop(&h);
+}
+
+Test(server, parked_reads_are_answered_after_a_half_close)
+{
+    h_start(&h, NULL, false);
+    int fd = h_connect(&h);
+    cl_go(fd, "", false, NULL, NULL);
+    fake_io_delay(h.e, 1 << 20, 50);
+    const uint32_t len = 512 << 10;
+    for (int i = 0; i < 8; i++)
+        cl_req(fd, NBD_CMD_READ, 0, 100 + i, 1 << 20, len, NULL);
+    shutdown(fd, SHUT_WR); /* six of them are still parked */
+    uint8_t *b = malloc(len);
+    bool seen[8] = {false};
+    for (int i = 0; i < 8; i++) {
+        uint64_t cookie = 0;
+        cr_assert_eq(cl_simple(fd, &cookie), 0, "reply %d", i);
+        cr_assert(cookie >= 100 && cookie < 108 && !seen[cookie - 100]);
+        seen[cookie - 100] = true;
+        cr_assert(cl_recv(fd, b, len));
+    }
+    free(b);
+    cr_assert(cl_closed(fd), "the connection closes once every reply is out");
+    close(fd);
+    h_stop(&h);
+}
+
+Test(server, writes_are_not_held_up_by_parked_reads)
+{
+    h_start(&h, NULL, false);
+    int fd = h_connect(&h);
+    cl_go(fd, "", false, NULL, NULL);
+    fake_io_delay(h.e, 1 << 20, 200);
+    const uint32_t len = 512 << 10;
+    for (int i = 0; i < 6; i++)
+        cl_req(fd, NBD_CMD_READ, 0, 100 + i, 1 << 20, len, NULL);
+    uint8_t w[4096];
+    memset(w, 3, sizeof(w));
+    cl_req(fd, NBD_CMD_WRITE, 0, 7, 0, sizeof(w), w);
+    uint64_t cookie = 0;
+    cr_assert_eq(cl_simple(fd, &cookie), 0);
+    cr_assert_eq(cookie, 7, "the write waited for parked reads (first reply: %" PRIu64 ")",
+                 cookie);
+    uint8_t *b = malloc(len);
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(cl_simple(fd, &cookie), 0);
+        cr_assert(cl_recv(fd, b, len));
+    }
+    free(b);
+    close(fd);
     h_stop(&h);
 }
 
