@@ -47,37 +47,55 @@ take_group(struct engine_commitq *q, struct engine_commitq_item **g)
     return n;
 }
 
-int
-engine__commitq_run(struct engine_commitq *q, struct engine_commitq_item *it)
+static bool
+all_done(struct engine_commitq_item *const *its, size_t n)
 {
-    it->next = NULL;
-    it->done = false;
-    it->rc = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!its[i]->done)
+            return false;
+    return true;
+}
+
+int
+engine__commitq_run_many(struct engine_commitq *q, struct engine_commitq_item *const *its, size_t n)
+{
     pthread_mutex_lock(&q->mu);
-    if (q->tail)
-        q->tail->next = it;
-    else
-        q->head = it;
-    q->tail = it;
+    for (size_t i = 0; i < n; i++) {
+        struct engine_commitq_item *it = its[i];
+        it->next = NULL;
+        it->done = false;
+        it->rc = 0;
+        if (q->tail)
+            q->tail->next = it;
+        else
+            q->head = it;
+        q->tail = it;
+    }
     for (;;) {
-        while (!it->done && q->leading)
+        bool mine_done;
+        while (!(mine_done = all_done(its, n)) && q->leading)
             pthread_cond_wait(&q->cv, &q->mu);
-        if (it->done)
+        if (mine_done)
             break;
-        /* Lead: this item is still queued, so the queue is not empty. Earlier arrivals go
+        /* Lead: one of ours is still queued, so the queue is not empty. Earlier arrivals go
          * first; if they fill the group, lead again for the rest. */
         struct engine_commitq_item *g[ENGINE_GROUP_MAX_ITEMS];
         q->leading = true;
-        size_t n = take_group(q, g);
+        size_t k = take_group(q, g);
         pthread_mutex_unlock(&q->mu);
-        q->fn(q->arg, g, n);
+        q->fn(q->arg, g, k);
         pthread_mutex_lock(&q->mu);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < k; i++)
             g[i]->done = true;
         q->leading = false;
         pthread_cond_broadcast(&q->cv);
     }
-    int rc = it->rc;
     pthread_mutex_unlock(&q->mu);
-    return rc;
+    return n ? its[0]->rc : 0;
+}
+
+int
+engine__commitq_run(struct engine_commitq *q, struct engine_commitq_item *it)
+{
+    return engine__commitq_run_many(q, &it, 1);
 }

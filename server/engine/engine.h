@@ -193,11 +193,25 @@ struct engine_req {
     int result; /* 0, a count (EXTENTS) or -errno */
     /* private */
     uv_work_t work;
+    struct engine_req *batch_next; /* engine_submit_writes: the next request of the job */
 };
 
 /* Loop thread only. Queues req on the worker pool; req->done runs on the loop thread after.
  * A negative return means done never runs. The request memory is the caller's until done. */
 int engine_submit(uv_loop_t *loop, struct engine_req *req);
+
+/* engine_submit for n (1..ENGINE_BATCH_MAX) small WRITE requests arrived together, as ONE
+ * worker job: that worker prepares them one after the other (split, hash, look-ups, early
+ * appends) and commits them together, so a queue of small writes pays the commit — RocksDB
+ * write, counters, commit lock — and the hand-offs between threads once per batch instead
+ * of once per request. Each request still succeeds or fails on its own (a failed group is
+ * retried one request at a time), and requests on overlapping chunks still run in arrival
+ * order. Every req->done runs on the loop thread, in batch order. A negative return means
+ * no done runs. Meant for writes of at most ENGINE_BATCH_MAX_BYTES; larger ones work but
+ * lose the parallelism of separate jobs. */
+#define ENGINE_BATCH_MAX       16
+#define ENGINE_BATCH_MAX_BYTES (64u << 10)
+int engine_submit_writes(uv_loop_t *loop, struct engine_req **reqs, size_t n);
 
 /* ---- counters ---- */
 

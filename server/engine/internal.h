@@ -79,6 +79,11 @@ void engine__commitq_destroy(struct engine_commitq *q);
  * leader and runs a group of queued items (its own among them, in one or more rounds), or
  * another leader runs it. */
 int engine__commitq_run(struct engine_commitq *q, struct engine_commitq_item *it);
+/* engine__commitq_run for n items of one thread, queued together (in this order) so that
+ * they can share a group; returns when all ran. Each item's rc is its own; the return
+ * value is its[0]->rc. */
+int engine__commitq_run_many(struct engine_commitq *q, struct engine_commitq_item *const *its,
+                             size_t n);
 
 /* ---- counters ---- */
 
@@ -196,6 +201,10 @@ void engine__catalog_fini(struct engine *e);
 #define ENGINE_MAX_REQ_CHUNKS ((DEDUPD_NBD_MAX_PAYLOAD / DEDUPD_CHUNK_MIN) + 1)
 int engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
                          const uint8_t *buf, bool count_zero);
+/* write.c: runs the WRITE requests of one engine_submit_writes job and sets each one's
+ * result: those whose chunks it can lock at once are prepared and committed together, the
+ * rest (and any the batch path does not take) go through engine_write afterwards. */
+void engine__write_batch(struct engine_req **reqs, size_t n);
 /* write.c: the commit queue's engine_commit_fn for write requests (arg unused). */
 void engine__commit_writes(void *arg, struct engine_commitq_item **items, size_t n);
 /* Whether [off, off+len) lies inside the export. */

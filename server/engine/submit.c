@@ -10,6 +10,14 @@ static void
 run_op(uv_work_t *w)
 {
     struct engine_req *req = w->data;
+    if (req->batch_next) { /* engine_submit_writes */
+        struct engine_req *reqs[ENGINE_BATCH_MAX];
+        size_t n = 0;
+        for (struct engine_req *q = req; q && n < ENGINE_BATCH_MAX; q = q->batch_next)
+            reqs[n++] = q;
+        engine__write_batch(reqs, n);
+        return;
+    }
     switch (req->op) {
     case ENGINE_OP_READ:
         req->result = req->len > UINT32_MAX
@@ -52,11 +60,15 @@ static void
 after_op(uv_work_t *w, int status)
 {
     struct engine_req *req = w->data;
-    if (is_change(req))
-        atomic_fetch_sub_explicit(&req->ex->xs->changes_queued, 1, memory_order_release);
-    if (status == UV_ECANCELED)
-        req->result = -ECANCELED;
-    req->done(req);
+    while (req) {
+        struct engine_req *next = req->batch_next; /* done may free req */
+        if (is_change(req))
+            atomic_fetch_sub_explicit(&req->ex->xs->changes_queued, 1, memory_order_release);
+        if (status == UV_ECANCELED)
+            req->result = -ECANCELED;
+        req->done(req);
+        req = next;
+    }
 }
 
 int
@@ -86,10 +98,36 @@ engine_submit(uv_loop_t *loop, struct engine_req *req)
     }
     req->result = 0;
     req->work.data = req;
+    req->batch_next = NULL;
     if (is_change(req))
         atomic_fetch_add_explicit(&req->ex->xs->changes_queued, 1, memory_order_acq_rel);
     int rc = uv_queue_work(loop, &req->work, run_op, after_op);
     if (rc < 0 && is_change(req))
         atomic_fetch_sub_explicit(&req->ex->xs->changes_queued, 1, memory_order_release);
     return rc < 0 ? rc : 0; /* libuv errors are -errno on Unix */
+}
+
+int
+engine_submit_writes(uv_loop_t *loop, struct engine_req **reqs, size_t n)
+{
+    if (!loop || !reqs || n == 0 || n > ENGINE_BATCH_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        const struct engine_req *q = reqs[i];
+        if (!q || q->op != ENGINE_OP_WRITE || !q->ex || !q->done || q->len > UINT32_MAX)
+            return -EINVAL;
+    }
+    if (n == 1)
+        return engine_submit(loop, reqs[0]);
+    for (size_t i = 0; i < n; i++) {
+        reqs[i]->result = 0;
+        reqs[i]->batch_next = i + 1 < n ? reqs[i + 1] : NULL;
+        atomic_fetch_add_explicit(&reqs[i]->ex->xs->changes_queued, 1, memory_order_acq_rel);
+    }
+    reqs[0]->work.data = reqs[0];
+    int rc = uv_queue_work(loop, &reqs[0]->work, run_op, after_op);
+    if (rc < 0)
+        for (size_t i = 0; i < n; i++)
+            atomic_fetch_sub_explicit(&reqs[i]->ex->xs->changes_queued, 1, memory_order_release);
+    return rc < 0 ? rc : 0;
 }

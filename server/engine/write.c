@@ -97,6 +97,7 @@ struct wreq {
         uint64_t hits, misses, compares, mismatches;
     } cnt;
     uint64_t zero_bytes;
+    uint64_t rmw; /* partial chunks read-modify-written */
 };
 
 static bool
@@ -273,11 +274,11 @@ prefetch(struct wreq *w)
     return 0;
 }
 
-/* Step 3d: the records of the chunks that will most likely be new. A chunk found shared in
- * the transaction after all leaves its record as dead bytes; the usual case, unique data,
- * pays nothing for the guess. */
-static int
-append_early(struct wreq *w)
+/* Step 3d, first half: picks the chunks that will most likely be new (w->nc). A chunk found
+ * shared in the transaction after all leaves its record as dead bytes; the usual case,
+ * unique data, pays nothing for the guess. */
+static void
+pick_early(struct wreq *w)
 {
     const bool dedup = w->p.alg != DEDUPD_HASH_NONE;
     for (uint32_t i = 0; i < w->n; i++) {
@@ -296,12 +297,20 @@ append_early(struct wreq *w)
             .hash = dedup ? c->hash : NULL,
         };
     }
+}
+
+/* Step 3d, second half: appends w->nc to the store (one write). */
+static int
+append_early(struct wreq *w)
+{
     if (w->nnc == 0)
         return 0;
     int rc = store_append_early(w->e->st, w->nc, w->nnc);
     if (rc < 0) {
         log_err("engine: export %s chunks %" PRIu64 "+%u: append failed: %s", w->xs->rec.name,
                 w->c[0].idx, w->n, strerror(-rc));
+        for (uint32_t i = 0; i < w->n; i++)
+            w->c[i].early = -1;
         w->nnc = 0;
     }
     return rc;
@@ -620,49 +629,58 @@ take_policy(struct engine *e, struct engine_xstate *xs, struct wpolicy *p)
     }
 }
 
-int
-engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
-                     const uint8_t *buf, bool count_zero)
+/* Steps 1 to 3 of one request: *out is ready for its transaction (engine__commitq_run on
+ * (*out)->qi), then write_finish. Caller holds the chunks' range lock exclusively and
+ * settings_lock for reading (until write_finish). append false: the records of step 3d
+ * are picked, not appended — the caller appends them (append_early, or together with
+ * other requests' records). On failure nothing is left to undo. */
+static int
+write_prepare(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
+              const uint8_t *buf, bool append, struct wreq **out)
 {
     const uint32_t cs = xs->rec.chunk_size;
+    *out = NULL;
     if (len == 0 || (off + len - 1) / cs - off / cs >= ENGINE_MAX_REQ_CHUNKS)
         return -EINVAL;
     const uint64_t first = off / cs, last = (off + len - 1) / cs;
     const uint32_t n = (uint32_t) (last - first + 1);
 
-    pthread_rwlock_rdlock(&e->settings_lock); /* in flight: finish under these settings */
-    struct wreq w = {.e = e, .xs = xs, .cs = cs, .n = n};
-    take_policy(e, xs, &w.p);
+    struct wpolicy p;
+    take_policy(e, xs, &p);
     uint32_t partial = count_partial(off, len, cs, n);
     uint32_t tsize = 1;
     while (tsize < 2 * n)
         tsize <<= 1;
 
-    /* One block: chunks, staged index entries, duplicate table, RMW and verify scratch. */
+    /* One block: the request, its chunks, staged index entries, duplicate table, RMW and
+     * verify scratch. */
+    size_t sz_w = (sizeof(struct wreq) + 63) & ~(size_t) 63;
     size_t sz_c = (size_t) n * sizeof(struct wchunk);
     size_t sz_s = (size_t) n * sizeof(struct index_staged);
     size_t sz_t = (size_t) tsize * sizeof(int32_t);
     size_t sz_n = (size_t) n * sizeof(struct store_new_chunk);
-    size_t sz_b = (size_t) (partial + w.p.verify) * cs;
-    uint8_t *mem = malloc(sz_c + sz_s + sz_t + sz_n + sz_b);
-    int rc = -ENOMEM;
-    if (!mem)
-        goto out;
-    w.c = (struct wchunk *) mem;
-    index_batch_init(&w.ib);
+    size_t sz_b = (size_t) (partial + p.verify) * cs;
+    uint8_t *blk = malloc(sz_w + sz_c + sz_s + sz_t + sz_n + sz_b);
+    if (!blk)
+        return -ENOMEM;
+    struct wreq *w = (struct wreq *) blk;
+    *w = (struct wreq){.e = e, .xs = xs, .cs = cs, .n = n, .p = p};
+    uint8_t *mem = blk + sz_w;
+    int rc;
+    w->c = (struct wchunk *) mem;
+    index_batch_init(&w->ib);
     /* Borrowed array sized for one entry per chunk: staging never grows it. */
-    w.ib.staged = (struct index_staged *) (mem + sz_c);
-    w.ib.cap = n;
-    w.dup_table = (int32_t *) (mem + sz_c + sz_s);
-    w.dup_mask = tsize - 1;
-    w.nc = (struct store_new_chunk *) (mem + sz_c + sz_s + sz_t);
+    w->ib.staged = (struct index_staged *) (mem + sz_c);
+    w->ib.cap = n;
+    w->dup_table = (int32_t *) (mem + sz_c + sz_s);
+    w->dup_mask = tsize - 1;
+    w->nc = (struct store_new_chunk *) (mem + sz_c + sz_s + sz_t);
     uint8_t *scratch = mem + sz_c + sz_s + sz_t + sz_n;
-    w.verify_buf = w.p.verify ? scratch + (size_t) partial * cs : NULL;
+    w->verify_buf = w->p.verify ? scratch + (size_t) partial * cs : NULL;
 
     /* Steps 1 and 2: split, RMW, zero detection. */
-    uint64_t rmw = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct wchunk *c = &w.c[i];
+        struct wchunk *c = &w->c[i];
         uint64_t cstart = (first + i) * cs;
         uint64_t lo = off > cstart ? off : cstart;
         uint64_t hi = off + len < cstart + cs ? off + len : cstart + cs;
@@ -687,50 +705,77 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
             else
                 memset(s + (lo - cstart), 0, hi - lo);
             c->data = s;
-            rmw++;
+            w->rmw++;
         }
         c->zero = !c->data || is_zero(c->data, cs);
         if (c->zero)
-            w.zero_bytes += c->client_bytes;
+            w->zero_bytes += c->client_bytes;
     }
 
     /* Step 3: hash outside the commit lock, on several cores for a large request. */
-    if (w.p.alg != DEDUPD_HASH_NONE) {
-        atomic_init(&w.hash_err, 0);
+    if (w->p.alg != DEDUPD_HASH_NONE) {
+        atomic_init(&w->hash_err, 0);
         /* Only when no other request is hashing: with several in flight the cores are
          * already busy, and splitting one request would only add hand-over costs. */
         bool alone = atomic_fetch_add(&e->hashing, 1) == 0;
         bool wide = alone && n > 1 && (uint64_t) n * cs >= HASH_PARALLEL_MIN_BYTES;
-        engine__hashpool_run(wide ? e->hp : NULL, n, hash_one, &w);
+        engine__hashpool_run(wide ? e->hp : NULL, n, hash_one, w);
         atomic_fetch_sub(&e->hashing, 1);
-        rc = atomic_load(&w.hash_err);
+        rc = atomic_load(&w->hash_err);
         if (rc < 0)
             goto out;
-        find_request_dups(&w);
+        find_request_dups(w);
     }
-    rc = prefetch(&w);
-    if (rc == 0)
-        rc = append_early(&w);
+    rc = prefetch(w);
+    if (rc == 0) {
+        pick_early(w);
+        rc = append ? append_early(w) : 0;
+    }
     if (rc < 0)
         goto out;
 
-    /* Steps 4 and 5, in a group with the requests ready at the same time. */
-    w.qi.weight = w.n;
-    rc = engine__commitq_run(&e->commitq, &w.qi);
-    if (rc < 0)
-        goto out;
-    ENGINE_COUNT(e, xs, rmw_count, rmw);
-    ENGINE_COUNT(e, xs, dedup_hits, w.cnt.hits);
-    ENGINE_COUNT(e, xs, dedup_misses, w.cnt.misses);
-    ENGINE_COUNT(e, xs, verify_compares, w.cnt.compares);
-    ENGINE_COUNT(e, xs, verify_mismatches, w.cnt.mismatches);
-    if (count_zero)
-        ENGINE_COUNT(e, xs, zero_bytes, w.zero_bytes);
+    w->qi.weight = w->n;
+    *out = w;
+    return 0;
 out:
-    if (rc < 0 && w.nnc) /* nothing of the request committed */
-        store_early_discard(e->st, w.nc, w.nnc);
+    free(blk); /* nothing was appended */
+    return rc;
+}
+
+/* After w's transaction ran with result rc (the commit queue's): counts a success, turns a
+ * failure's early records into dead bytes, frees w-> */
+static void
+write_finish(struct wreq *w, int rc, bool count_zero)
+{
+    struct engine *e = w->e;
+    struct engine_xstate *xs = w->xs;
+    if (rc == 0) {
+        ENGINE_COUNT(e, xs, rmw_count, w->rmw);
+        ENGINE_COUNT(e, xs, dedup_hits, w->cnt.hits);
+        ENGINE_COUNT(e, xs, dedup_misses, w->cnt.misses);
+        ENGINE_COUNT(e, xs, verify_compares, w->cnt.compares);
+        ENGINE_COUNT(e, xs, verify_mismatches, w->cnt.mismatches);
+        if (count_zero)
+            ENGINE_COUNT(e, xs, zero_bytes, w->zero_bytes);
+    } else if (w->nnc) { /* nothing of the request committed */
+        store_early_discard(e->st, w->nc, w->nnc);
+    }
+    free(w);
+}
+
+int
+engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
+                     const uint8_t *buf, bool count_zero)
+{
+    pthread_rwlock_rdlock(&e->settings_lock); /* in flight: finish under these settings */
+    struct wreq *w;
+    int rc = write_prepare(e, xs, off, len, buf, true, &w);
+    if (rc == 0) {
+        /* Steps 4 and 5, in a group with the requests ready at the same time. */
+        rc = engine__commitq_run(&e->commitq, &w->qi);
+        write_finish(w, rc, count_zero);
+    }
     pthread_rwlock_unlock(&e->settings_lock);
-    free(mem);
     return rc;
 }
 
@@ -766,4 +811,104 @@ engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *b
     }
     /* invariant 4 through the store: segments, then the WAL. */
     return (flags & ENGINE_FUA) ? store_sync(e->st) : 0;
+}
+
+/* Step 3d for the prepared requests w[0..n) of a batch: their records in one write, not one
+ * per request. If that fails, each request's own, so that a failure stays its own; a
+ * request whose append fails is done (its result set, w[i] freed and NULL). */
+static void
+append_batch(struct engine *e, struct engine_req **reqs, struct wreq **w, size_t n)
+{
+    struct store_new_chunk all[ENGINE_BATCH_MAX * (ENGINE_BATCH_MAX_BYTES / DEDUPD_CHUNK_MIN + 1)];
+    size_t tot = 0;
+    for (size_t i = 0; i < n; i++)
+        if (w[i]) {
+            memcpy(all + tot, w[i]->nc, w[i]->nnc * sizeof(*all));
+            tot += w[i]->nnc;
+        }
+    if (tot && store_append_early(e->st, all, tot) == 0) {
+        tot = 0;
+        for (size_t i = 0; i < n; i++)
+            if (w[i]) {
+                memcpy(w[i]->nc, all + tot, w[i]->nnc * sizeof(*all));
+                tot += w[i]->nnc;
+            }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!w[i] || w[i]->nnc == 0)
+            continue;
+        int rc = append_early(w[i]);
+        if (rc < 0) {
+            reqs[i]->result = rc;
+            free(w[i]);
+            w[i] = NULL;
+        }
+    }
+}
+
+void
+engine__write_batch(struct engine_req **reqs, size_t n)
+{
+    struct engine_chunkrange r[ENGINE_BATCH_MAX];
+    struct wreq *w[ENGINE_BATCH_MAX];
+    struct engine_commitq_item *items[ENGINE_BATCH_MAX];
+    bool locked[ENGINE_BATCH_MAX];
+    struct engine *e = reqs[0]->ex->e;
+    if (n > ENGINE_BATCH_MAX)
+        n = ENGINE_BATCH_MAX; /* engine_submit_writes refuses more */
+
+    /* Lock order: chunk ranges, then settings_lock. A range that anyone holds or waits for
+     * (an earlier request of this batch included) is not waited for with others held: that
+     * request runs after the batch, through engine_write, as do requests the batch path
+     * does not take (engine_write reports their errors). */
+    for (size_t i = 0; i < n; i++) {
+        const struct engine_req *q = reqs[i];
+        const struct engine_xstate *xs = q->ex->xs;
+        const uint32_t cs = xs->rec.chunk_size;
+        w[i] = NULL;
+        locked[i] = q->ex->e == e && !xs->rec.read_only && q->len > 0 &&
+                    q->len <= ENGINE_BATCH_MAX_BYTES && q->buf &&
+                    engine__range_ok(xs, q->off, q->len) &&
+                    engine__chunklock_try(&q->ex->xs->lock, &r[i], q->off / cs,
+                                          (q->off + q->len - 1) / cs, true);
+    }
+    pthread_rwlock_rdlock(&e->settings_lock); /* in flight: finish under these settings */
+    for (size_t i = 0; i < n; i++) {
+        struct engine_req *q = reqs[i];
+        if (locked[i])
+            q->result = write_prepare(e, q->ex->xs, q->off, q->len, q->buf, false, &w[i]);
+    }
+    append_batch(e, reqs, w, n);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (w[i])
+            items[k++] = &w[i]->qi;
+    if (k)
+        engine__commitq_run_many(&e->commitq, items, k);
+    bool sync = false;
+    for (size_t i = 0; i < n; i++) {
+        struct engine_req *q = reqs[i];
+        if (!w[i])
+            continue;
+        q->result = w[i]->qi.rc;
+        write_finish(w[i], q->result, true);
+        if (q->result == 0) {
+            ENGINE_COUNT(e, q->ex->xs, bytes_written, q->len);
+            sync |= (q->flags & ENGINE_FUA) != 0;
+        }
+    }
+    pthread_rwlock_unlock(&e->settings_lock);
+    for (size_t i = 0; i < n; i++)
+        if (locked[i])
+            engine__chunklock_release(&reqs[i]->ex->xs->lock, &r[i]);
+    /* invariant 4 through the store, once for the FUA requests of the batch. */
+    int src = sync ? store_sync(e->st) : 0;
+    for (size_t i = 0; i < n; i++) {
+        struct engine_req *q = reqs[i];
+        if (!locked[i])
+            q->result = engine_write(q->ex, q->off, (uint32_t) q->len, q->buf, q->flags);
+        else if (q->result == 0 && (q->flags & ENGINE_FUA))
+            q->result = src;
+    }
 }

@@ -261,13 +261,18 @@ step(struct nbd_conn *c)
 static void
 process(struct nbd_conn *c)
 {
-    if (c->in_process || c->closing)
+    if (c->in_process)
         return;
+    if (c->closing) {
+        nbd__tx_flush_writes(c);
+        return;
+    }
     c->in_process = true;
     while (c->in_pos < c->in_len && c->state != NBD_CONN_STOPPED) {
         if (!step(c))
             break;
     }
+    nbd__tx_flush_writes(c); /* the input ran out (or blocked): what arrived together goes */
     /* States that complete without input (a zero-length option or payload) are handled
      * by their handlers directly, so nothing is pending here once input runs out. */
     c->in_process = false;

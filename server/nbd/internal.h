@@ -78,17 +78,26 @@ enum nbd_conn_state {
 #define NBD_BUFPOOL_IDLE_MAX ((size_t) 16 << 20)
 /* Read data filled but not yet sent, per connection, before further READs wait (parked,
  * without a buffer) for a reply to go out; at least NBD_READS_HELD_MIN reads are always
- * let through, so one fills while another is sent. Other requests are not held up. A client that asks faster than it takes its replies (nbdcopy keeps
- * 64 reads of 256 KiB in flight per connection) otherwise has the workers fill up to
- * 64 MiB of buffers that then wait for the socket: by the time they are sent they are
- * out of the CPU caches, and both the fill and the send copy cost up to twice as much
- * (docs/benchmarks.md, item 28). */
+ * let through, so one fills while another is sent. Other requests are not held up. A client that
+ * asks faster than it takes its replies (nbdcopy keeps 64 reads of 256 KiB in flight per
+ * connection) otherwise has the workers fill up to 64 MiB of buffers that then wait for the socket:
+ * by the time they are sent they are out of the CPU caches, and both the fill and the send copy
+ * cost up to twice as much (docs/benchmarks.md, item 28). */
 #define NBD_READ_HELD_MAX  ((uint64_t) 1 << 20)
 #define NBD_READS_HELD_MIN 2
 /* A WRITE payload with at least this much still to come, and nothing of it buffered, is
  * read from the socket straight into the request's buffer: no copy through inbuf. Smaller
  * rests go through inbuf, so the next request headers arrive in the same read. */
 #define NBD_DIRECT_MIN (64u << 10)
+
+/* Small WRITEs decoded from one read of the socket are handed to the engine together, up
+ * to this many per worker job (engine_submit_writes): they commit in one group, and the
+ * loop and the workers hand over once per batch. Four, so that a queue depth of 16 still
+ * keeps four workers busy; larger writes go alone, hashed on separate workers. */
+#ifndef NBD_WBATCH_MAX
+#define NBD_WBATCH_MAX 4
+#endif
+#define NBD_WBATCH_MAX_BYTES (32u << 10)
 
 struct nbd_req {
     struct engine_req er;
@@ -161,8 +170,11 @@ struct nbd_conn {
     uint64_t inflight_bytes; /* payload and read buffers they hold */
     uint32_t reads_held;     /* READ/CACHE requests holding a buffer until their reply is sent */
     uint64_t read_held_bytes;
-    struct nbd_req *parked, *parked_tail; /* READs waiting for the held bytes to drop */
-    unsigned engine_pending; /* requests submitted to the engine, not yet done */
+    struct nbd_req *parked, *parked_tail;   /* READs waiting for the held bytes to drop */
+    unsigned engine_pending;                /* requests submitted to the engine, not yet done */
+    struct nbd_req *wbatch[NBD_WBATCH_MAX]; /* WRITEs decoded, not yet submitted (counted in
+                                               engine_pending): nbd__tx_flush_writes */
+    unsigned wbatch_n;
     unsigned writes_pending; /* uv_write in flight (option replies and request replies) */
 };
 
@@ -187,6 +199,10 @@ int nbd__conn_send(struct nbd_conn *c, const void *data, size_t len);
 void nbd__conn_send_req(struct nbd_conn *c, struct nbd_req *req);
 struct nbd_req *nbd__req_new(struct nbd_conn *c);
 void nbd__req_free(struct nbd_req *req);
+
+/* transmit.c: submits the WRITEs batched so far. Called before any other request is
+ * started (so nothing overtakes them) and whenever the parser runs out of input. */
+void nbd__tx_flush_writes(struct nbd_conn *c);
 
 /* handshake.c */
 int nbd__hs_start(struct nbd_conn *c);

@@ -54,10 +54,34 @@ reads_full(const struct nbd_conn *c)
     return c->reads_held >= NBD_READS_HELD_MIN && c->read_held_bytes >= NBD_READ_HELD_MAX;
 }
 
+void
+nbd__tx_flush_writes(struct nbd_conn *c)
+{
+    unsigned n = c->wbatch_n;
+    if (n == 0)
+        return;
+    c->wbatch_n = 0;
+    struct engine_req *ers[NBD_WBATCH_MAX];
+    for (unsigned i = 0; i < n; i++)
+        ers[i] = &c->wbatch[i]->er;
+    int rc = engine_submit_writes(c->srv->loop, ers, n);
+    if (rc == 0)
+        return;
+    log_warn("nbd: conn %" PRIu64 " (%s): cannot submit %u writes: %s", c->id, c->peer, n,
+             strerror(-rc));
+    for (unsigned i = 0; i < n; i++) {
+        c->engine_pending--;
+        nbd__reply(c->wbatch[i], rc);
+    }
+}
+
 static void
 start(struct nbd_conn *c, struct nbd_req *req)
 {
     struct engine_req *er = &req->er;
+    bool batch = req->type == NBD_CMD_WRITE && req->len <= NBD_WBATCH_MAX_BYTES;
+    if (!batch) /* nothing overtakes a write received before it */
+        nbd__tx_flush_writes(c);
     er->engine = c->srv->engine;
     er->ex = c->ex;
     er->off = req->off;
@@ -131,6 +155,12 @@ start(struct nbd_conn *c, struct nbd_req *req)
         return;
     }
     c->engine_pending++;
+    if (batch) {
+        c->wbatch[c->wbatch_n++] = req;
+        if (c->wbatch_n == NBD_WBATCH_MAX)
+            nbd__tx_flush_writes(c);
+        return;
+    }
     int rc = engine_submit(c->srv->loop, er);
     if (rc < 0) {
         c->engine_pending--;

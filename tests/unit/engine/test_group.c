@@ -337,3 +337,176 @@ Test(group, a_failed_group_is_retried_one_request_at_a_time, .timeout = 60)
     cr_assert_eq(dead_bytes_balanced(&f), CS + 64ull);
     fx_close(&f);
 }
+
+/* ---- a batch of one thread's requests (engine__commitq_run_many) ---- */
+
+struct many {
+    struct job jobs[3];
+    struct engine_commitq *q;
+    int rc;
+};
+
+static void *
+many_main(void *arg)
+{
+    struct many *m = arg;
+    struct engine_commitq_item *its[3] = {&m->jobs[0].it, &m->jobs[1].it, &m->jobs[2].it};
+    m->rc = engine__commitq_run_many(m->q, its, 3);
+    return NULL;
+}
+
+Test(commitq, one_threads_items_queue_together_and_keep_their_own_results, .timeout = 30)
+{
+    struct recorder r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct engine_commitq q;
+    engine__commitq_init(&q, record_group, &r);
+    struct job lead = {.id = 1, .q = &q};
+    pthread_t t[2];
+    start_queued(&lead, t, 0, 1, 0); /* leads, and holds its group open */
+    struct many m = {.q = &q};
+    for (int k = 0; k < 3; k++)
+        m.jobs[k] = (struct job){.id = k + 2, .q = &q, .it.weight = 1};
+    cr_assert_eq(pthread_create(&t[1], NULL, many_main, &m), 0);
+    cr_assert(wait_for(&q, queued_is, 3), "the three items never queued");
+    atomic_store(&r.gate, 1);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    cr_assert_eq(lead.rc, -1);
+    cr_assert_eq(m.rc, -2, "run_many returns its first item's result");
+    for (int k = 0; k < 3; k++)
+        cr_assert_eq(m.jobs[k].it.rc, -(k + 2), "item %d got another's result", k);
+    cr_assert_eq(r.groups, 2);
+    cr_assert_eq(r.sizes[1], 3, "the batch commits as one group");
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(r.ids[1][i], i + 2, "in the order given");
+    engine__commitq_destroy(&q);
+}
+
+/* ---- batches of small writes (engine_submit_writes' worker side) ---- */
+
+static struct engine_req
+wr(struct fx *f, uint64_t off, uint32_t len, const void *buf, unsigned flags)
+{
+    return (struct engine_req){.op = ENGINE_OP_WRITE,
+                               .ex = f->ex,
+                               .off = off,
+                               .len = len,
+                               .buf = (void *) buf,
+                               .flags = flags};
+}
+
+static void
+run_batch(struct engine_req *r, size_t n)
+{
+    struct engine_req *p[ENGINE_BATCH_MAX];
+    for (size_t i = 0; i < n; i++) {
+        r[i].result = 12345; /* every request must get a result */
+        p[i] = &r[i];
+    }
+    engine__write_batch(p, n);
+}
+
+static void
+assert_reads(struct fx *f, uint64_t off, const void *want, size_t len, const char *what)
+{
+    uint8_t got[CS];
+    cr_assert_leq(len, sizeof(got));
+    cr_assert_eq(engine_read(f->ex, off, (uint32_t) len, got), 0);
+    cr_assert(!memcmp(got, want, len), "%s reads back wrong", what);
+}
+
+Test(batch, each_write_gets_its_own_result_and_overlaps_keep_their_order, .timeout = 60)
+{
+    struct fx f;
+    fx_open(&f);
+    static uint8_t a[CS], c[CS], d[CS], e[100], zeros[CS];
+    fx_fill(a, CS, 51);
+    fx_fill(c, CS, 52);
+    fx_fill(d, CS, 53);
+    fx_fill(e, sizeof(e), 54);
+    struct engine_req r[] = {
+        wr(&f, 0, CS, a, 0),
+        wr(&f, CS, CS, a, 0),                /* the same bytes: shares the first's chunk */
+        wr(&f, 0, CS, c, 0),                 /* overlaps the first: runs after it */
+        wr(&f, FX_SIZE - CS / 2, CS, d, 0),  /* past the end */
+        wr(&f, 2 * CS, CS, d, ENGINE_FUA),   /* synced before its result */
+        wr(&f, 3 * CS + 50, sizeof(e), e, 0) /* part of a chunk: read-modify-write */
+    };
+    run_batch(r, 6);
+    static const int want[] = {0, 0, 0, -EINVAL, 0, 0};
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(r[i].result, want[i], "request %d: %d", i, r[i].result);
+    assert_reads(&f, 0, c, CS, "the later overlapping write");
+    assert_reads(&f, CS, a, CS, "the shared chunk");
+    assert_reads(&f, 2 * CS, d, CS, "the FUA write");
+    assert_reads(&f, 3 * CS + 50, e, sizeof(e), "the partial write");
+    assert_reads(&f, 3 * CS, zeros, 50, "the bytes before the partial write");
+    struct engine_stats s;
+    cr_assert_eq(engine_stats(f.e, NULL, &s), 0);
+    cr_assert_eq(s.bytes_written, 4 * CS + sizeof(e), "only what landed is counted");
+    cr_assert_eq(s.dedup_hits, 1);
+    cr_assert_eq(s.rmw_count, 1);
+    cr_assert_eq(fx_chunks(&f), 4, "a (shared), c, d and the partial chunk");
+    fx_close(&f); /* refcounts = map entries, hash entries name live chunks */
+}
+
+/* The real file ops, but the next fail_left segment writes fail with EIO. */
+static atomic_int fail_left;
+
+static ssize_t
+pwritev_failing_n(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+    if (atomic_load(&fail_left) > 0 && atomic_fetch_sub(&fail_left, 1) > 0)
+        return -EIO;
+    return store_io_real()->pwritev(fd, iov, iovcnt, off);
+}
+
+Test(batch, a_failed_append_fails_only_the_request_that_cannot_append_alone, .timeout = 60)
+{
+    failing_ops = *store_io_real();
+    failing_ops.pwritev = pwritev_failing_n;
+    store_io_set(&failing_ops);
+    struct fx f;
+    fx_open(&f);
+    static uint8_t b[3][CS];
+    struct engine_req r[3];
+    for (int i = 0; i < 3; i++) {
+        fx_fill(b[i], CS, 61 + (uint32_t) i);
+        r[i] = wr(&f, (uint64_t) (i + 1) * CS, CS, b[i], 0);
+    }
+    /* The batch's one write of all records fails, then the first request's own. */
+    atomic_store(&fail_left, 2);
+    run_batch(r, 3);
+    cr_assert_eq(atomic_load(&fail_left), 0);
+    cr_assert_eq(r[0].result, -EIO);
+    cr_assert_eq(r[1].result, 0);
+    cr_assert_eq(r[2].result, 0);
+    static uint8_t zeros[CS];
+    assert_reads(&f, CS, zeros, CS, "the failed write");
+    assert_reads(&f, 2 * CS, b[1], CS, "the second write");
+    assert_reads(&f, 3 * CS, b[2], CS, "the third write");
+    cr_assert_eq(dead_bytes_balanced(&f), 0, "the failed appends left nothing behind");
+    fx_close(&f);
+    store_io_set(NULL);
+}
+
+Test(batch, a_failed_commit_is_retried_one_request_at_a_time, .timeout = 60)
+{
+    struct fx f;
+    fx_open(&f);
+    store_test_fail_commits(engine_store(f.e), -EIO, 0, 1);
+    static uint8_t b[3][CS];
+    struct engine_req r[3];
+    for (int i = 0; i < 3; i++) {
+        fx_fill(b[i], CS, 71 + (uint32_t) i);
+        r[i] = wr(&f, (uint64_t) i * CS, CS, b[i], 0);
+    }
+    run_batch(r, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(r[i].result, 0, "request %d", i);
+        assert_reads(&f, (uint64_t) i * CS, b[i], CS, "a retried write");
+    }
+    cr_assert_eq(fx_chunks(&f), 3);
+    cr_assert_eq(dead_bytes_balanced(&f), 0, "each retry committed its early record");
+    fx_close(&f);
+}

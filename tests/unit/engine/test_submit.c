@@ -151,3 +151,79 @@ Test(submit, read_nowait_answers_cached_reads_and_declines_the_rest)
     cr_assert_eq(uv_loop_close(&loop), 0);
     fx_close(&f);
 }
+
+struct order {
+    int n;
+    struct engine_req *seen[8];
+    pthread_t loop_thread;
+    bool all_on_loop;
+};
+
+static void
+on_done_ordered(struct engine_req *req)
+{
+    struct order *o = req->user;
+    o->all_on_loop &= pthread_equal(pthread_self(), o->loop_thread) != 0;
+    if (o->n < 8)
+        o->seen[o->n] = req;
+    o->n++;
+}
+
+/* engine_submit_writes: one job for several writes; each done runs once, on the loop
+ * thread, in batch order, with its own result; a write queued in a batch holds off the
+ * loop's own reads like any other; bad calls are refused with nothing run. */
+Test(submit, writes_submitted_together_complete_each_once_in_order)
+{
+    struct fx f;
+    fx_open(&f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct order o = {.loop_thread = pthread_self(), .all_on_loop = true};
+    static uint8_t data[3][CS], got[CS];
+    struct engine_req w[4];
+    struct engine_req *p[4];
+    for (int i = 0; i < 4; i++) {
+        if (i < 3)
+            fx_fill(data[i], CS, 20 + (uint32_t) i);
+        w[i] = (struct engine_req){.op = ENGINE_OP_WRITE,
+                                   .ex = f.ex,
+                                   .off = (uint64_t) i * CS,
+                                   .len = CS,
+                                   .buf = data[i < 3 ? i : 0],
+                                   .done = on_done_ordered,
+                                   .user = &o};
+        p[i] = &w[i];
+    }
+    w[3].off = FX_SIZE; /* past the end: its own error */
+
+    struct engine_req rd = {.op = ENGINE_OP_READ, .ex = f.ex, .len = CS, .done = on_done};
+    struct engine_req *bad[] = {&w[0], &rd};
+    cr_assert_eq(engine_submit_writes(&loop, bad, 2), -EINVAL, "only writes");
+    cr_assert_eq(engine_submit_writes(&loop, p, 0), -EINVAL);
+    cr_assert_eq(engine_submit_writes(&loop, NULL, 1), -EINVAL);
+    struct engine_req *many[ENGINE_BATCH_MAX + 1];
+    for (size_t i = 0; i <= ENGINE_BATCH_MAX; i++)
+        many[i] = &w[0];
+    cr_assert_eq(engine_submit_writes(&loop, many, ENGINE_BATCH_MAX + 1), -EINVAL);
+    cr_assert_eq(uv_run(&loop, UV_RUN_NOWAIT), 0, "nothing was queued");
+    cr_assert_eq(o.n, 0);
+
+    cr_assert_eq(engine_submit_writes(&loop, p, 4), 0);
+    cr_assert_eq(engine_read_nowait(f.ex, 8 * CS, CS, got), -EAGAIN,
+                 "a read never overtakes a queued batch");
+    cr_assert_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    cr_assert_eq(o.n, 4);
+    cr_assert(o.all_on_loop);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(o.seen[i], &w[i], "done %d out of order", i);
+    cr_assert_eq(w[0].result, 0);
+    cr_assert_eq(w[1].result, 0);
+    cr_assert_eq(w[2].result, 0);
+    cr_assert_eq(w[3].result, -EINVAL);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(engine_read(f.ex, (uint64_t) i * CS, CS, got), 0);
+        cr_assert(!memcmp(got, data[i], CS), "write %d reads back wrong", i);
+    }
+    cr_assert_eq(uv_loop_close(&loop), 0);
+    fx_close(&f);
+}

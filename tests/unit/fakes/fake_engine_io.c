@@ -442,6 +442,48 @@ engine_submit(uv_loop_t *loop, struct engine_req *req)
     return uv_queue_work(loop, &req->work, work_cb, after_cb);
 }
 
+/* A batch is one job: its writes run one after the other on one worker, like the real
+ * engine's; done runs for each, in order. */
+static void
+batch_work_cb(uv_work_t *w)
+{
+    struct engine_req *r = (struct engine_req *) ((char *) w - offsetof(struct engine_req, work));
+    for (; r; r = r->batch_next)
+        r->result = run_op(r);
+}
+
+static void
+batch_after_cb(uv_work_t *w, int status)
+{
+    struct engine_req *r = (struct engine_req *) ((char *) w - offsetof(struct engine_req, work));
+    while (r) {
+        struct engine_req *next = r->batch_next; /* done may free r */
+        if (status < 0)
+            r->result = status;
+        r->done(r);
+        r = next;
+    }
+}
+
+int
+engine_submit_writes(uv_loop_t *loop, struct engine_req **reqs, size_t n)
+{
+    if (n == 0 || n > ENGINE_BATCH_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i]->op != ENGINE_OP_WRITE)
+            return -EINVAL;
+        reqs[i]->batch_next = i + 1 < n ? reqs[i + 1] : NULL;
+    }
+    struct engine *e = reqs[0]->ex->e;
+    pthread_mutex_lock(&e->mu);
+    e->cnt.batches += n > 1;
+    if (n > e->cnt.max_batch)
+        e->cnt.max_batch = (uint32_t) n;
+    pthread_mutex_unlock(&e->mu);
+    return uv_queue_work(loop, &reqs[0]->work, batch_work_cb, batch_after_cb);
+}
+
 int
 engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
 {

@@ -29,6 +29,8 @@ struct fake_io_counters {
     uint64_t live_chunks; /* distinct stored chunks */
     uint32_t open_handles;
     uint32_t max_concurrent; /* most operations running at once */
+    uint64_t batches;        /* engine_submit_writes calls with more than one write */
+    uint32_t max_batch;      /* most writes in one engine_submit_writes call */
 };
 void fake_io_counters(struct engine *e, struct fake_io_counters *out);
 

@@ -547,3 +547,86 @@ Test(transmit, abrupt_disconnect_with_requests_in_flight)
         usleep(10000);
     cr_assert_eq(h_connections(&h), 0);
 }
+
+/* A simple READ of len bytes at off returns want. */
+static void
+expect_read(int fd, uint64_t off, const uint8_t *want, uint32_t len)
+{
+    static uint8_t got[65536];
+    cr_assert_leq(len, sizeof(got));
+    cl_req(fd, NBD_CMD_READ, 0, 7, off, len, NULL);
+    cr_assert_eq(cl_simple(fd, NULL), 0);
+    cr_assert(cl_recv(fd, got, len));
+    cr_assert(!memcmp(got, want, len), "%u bytes at %lu read back wrong", len, (unsigned long) off);
+}
+
+/* Appends one request (header, then payload if any) to a client-side buffer. */
+static size_t
+put_req(uint8_t *out, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
+        const void *payload)
+{
+    struct nbd_request r = {htobe32(NBD_REQUEST_MAGIC),
+                            htobe16(flags),
+                            htobe16(type),
+                            htobe64(cookie),
+                            htobe64(off),
+                            htobe32(len)};
+    memcpy(out, &r, sizeof(r));
+    if (!payload)
+        return sizeof(r);
+    memcpy(out + sizeof(r), payload, len);
+    return sizeof(r) + len;
+}
+
+/* Small WRITEs that arrive together reach the engine in batches (engine_submit_writes, at
+ * most NBD_WBATCH_MAX each); a request of another kind, or a larger write, sends the batch
+ * before it. Every request still gets its own reply, and every byte lands. */
+Test(transmit, small_writes_arriving_together_are_batched_and_each_answered)
+{
+    int fd = h_connect(&h);
+    cl_go(fd, "", false, NULL, NULL);
+    enum { SMALL = 12, BIG = 40000 };
+    static uint8_t data[SMALL][4096], part[100], big[BIG], last[4096];
+    static uint8_t buf[SMALL * (28 + 4096) + 5 * 28 + 100 + BIG + 2 * 4096];
+    size_t n = 0;
+    for (int i = 0; i < SMALL; i++) {
+        fill(data[i], 4096, (uint8_t) (i + 1));
+        n += put_req(buf + n, NBD_CMD_WRITE, 0, 100 + i, (uint64_t) i * 4096, 4096, data[i]);
+    }
+    fill(part, sizeof(part), 77);
+    fill(big, sizeof(big), 78);
+    fill(last, sizeof(last), 79);
+    n += put_req(buf + n, NBD_CMD_WRITE, 0, 200, 12 * 4096 + 7, sizeof(part), part);
+    n += put_req(buf + n, NBD_CMD_WRITE, 0, 201, 16 * 4096, BIG, big);        /* not batched */
+    n += put_req(buf + n, NBD_CMD_WRITE, 0, 202, H_DEFAULT_SIZE, 4096, last); /* past the end */
+    n += put_req(buf + n, NBD_CMD_FLUSH, 0, 203, 0, 0, NULL);
+    n += put_req(buf + n, NBD_CMD_WRITE, NBD_CMD_FLAG_FUA, 204, 13 * 4096, 4096, last);
+    cr_assert_leq(n, sizeof(buf));
+    cr_assert(cl_send(fd, buf, n));
+
+    bool seen[SMALL + 5] = {false};
+    for (int i = 0; i < SMALL + 5; i++) {
+        uint64_t ck;
+        uint32_t err = cl_simple(fd, &ck);
+        int k = ck >= 200 ? SMALL + (int) (ck - 200) : (int) ck - 100;
+        cr_assert(k >= 0 && k < SMALL + 5 && !seen[k], "unexpected cookie %lu", (unsigned long) ck);
+        seen[k] = true;
+        cr_assert_eq(err, ck == 202 ? (uint32_t) NBD_ENOSPC : 0u, "cookie %lu: error %u",
+                     (unsigned long) ck, err);
+    }
+    for (int i = 0; i < SMALL; i++)
+        expect_read(fd, (uint64_t) i * 4096, data[i], 4096);
+    expect_read(fd, 12 * 4096 + 7, part, sizeof(part));
+    expect_read(fd, 16 * 4096, big, 4096);
+    expect_read(fd, 16 * 4096 + BIG - 4096, big + BIG - 4096, 4096);
+    expect_read(fd, 13 * 4096, last, 4096);
+
+    struct fake_io_counters cnt;
+    fake_io_counters(h.e, &cnt);
+    cr_assert_eq(cnt.writes, SMALL + 3, "the write past the end never reaches the engine");
+    cr_assert_eq(cnt.fua, 1);
+    /* One send of ~60 KiB: the server reads it in few reads, so small writes come together. */
+    cr_assert_geq(cnt.max_batch, 2, "no two small writes were ever batched");
+    cr_assert_leq(cnt.max_batch, NBD_WBATCH_MAX);
+    close(fd);
+}
