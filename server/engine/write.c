@@ -309,9 +309,7 @@ append_early(struct wreq *w)
     if (rc < 0) {
         log_err("engine: export %s chunks %" PRIu64 "+%u: append failed: %s", w->xs->rec.name,
                 w->c[0].idx, w->n, strerror(-rc));
-        for (uint32_t i = 0; i < w->n; i++)
-            w->c[i].early = -1;
-        w->nnc = 0;
+        w->nnc = 0; /* the request fails: nothing of it was appended */
     }
     return rc;
 }
@@ -631,12 +629,12 @@ take_policy(struct engine *e, struct engine_xstate *xs, struct wpolicy *p)
 
 /* Steps 1 to 3 of one request: *out is ready for its transaction (engine__commitq_run on
  * (*out)->qi), then write_finish. Caller holds the chunks' range lock exclusively and
- * settings_lock for reading (until write_finish). append false: the records of step 3d
- * are picked, not appended — the caller appends them (append_early, or together with
- * other requests' records). On failure nothing is left to undo. */
+ * settings_lock for reading (until write_finish). The records of step 3d are picked, not
+ * appended: the caller appends them (append_early, or together with other requests'
+ * records in a batch). On failure nothing is left to undo. */
 static int
 write_prepare(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t len,
-              const uint8_t *buf, bool append, struct wreq **out)
+              const uint8_t *buf, struct wreq **out)
 {
     const uint32_t cs = xs->rec.chunk_size;
     *out = NULL;
@@ -727,23 +725,20 @@ write_prepare(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t
         find_request_dups(w);
     }
     rc = prefetch(w);
-    if (rc == 0) {
-        pick_early(w);
-        rc = append ? append_early(w) : 0;
-    }
     if (rc < 0)
         goto out;
+    pick_early(w);
 
     w->qi.weight = w->n;
     *out = w;
     return 0;
 out:
-    free(blk); /* nothing was appended */
+    free(blk);
     return rc;
 }
 
 /* After w's transaction ran with result rc (the commit queue's): counts a success, turns a
- * failure's early records into dead bytes, frees w-> */
+ * failure's early records into dead bytes, frees w. */
 static void
 write_finish(struct wreq *w, int rc, bool count_zero)
 {
@@ -769,10 +764,11 @@ engine__write_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, u
 {
     pthread_rwlock_rdlock(&e->settings_lock); /* in flight: finish under these settings */
     struct wreq *w;
-    int rc = write_prepare(e, xs, off, len, buf, true, &w);
+    int rc = write_prepare(e, xs, off, len, buf, &w);
     if (rc == 0) {
-        /* Steps 4 and 5, in a group with the requests ready at the same time. */
-        rc = engine__commitq_run(&e->commitq, &w->qi);
+        rc = append_early(w);
+        if (rc == 0) /* steps 4 and 5, in a group with the requests ready at the same time */
+            rc = engine__commitq_run(&e->commitq, &w->qi);
         write_finish(w, rc, count_zero);
     }
     pthread_rwlock_unlock(&e->settings_lock);
@@ -841,7 +837,7 @@ append_batch(struct engine *e, struct engine_req **reqs, struct wreq **w, size_t
         int rc = append_early(w[i]);
         if (rc < 0) {
             reqs[i]->result = rc;
-            free(w[i]);
+            write_finish(w[i], rc, true);
             w[i] = NULL;
         }
     }
@@ -877,7 +873,7 @@ engine__write_batch(struct engine_req **reqs, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct engine_req *q = reqs[i];
         if (locked[i])
-            q->result = write_prepare(e, q->ex->xs, q->off, q->len, q->buf, false, &w[i]);
+            q->result = write_prepare(e, q->ex->xs, q->off, q->len, q->buf, &w[i]);
     }
     append_batch(e, reqs, w, n);
     size_t k = 0;

@@ -289,31 +289,37 @@ Test(group, verify_keeps_colliding_chunks_of_one_group_apart, .timeout = 60)
     fx_close(&f);
 }
 
-/* The real file ops, but the next segment write after fail_next is set fails with EIO. */
-static atomic_bool fail_next;
+/* The real file ops, but the next fail_left segment writes fail with EIO. */
+static atomic_int fail_left;
 static struct store_io_ops failing_ops;
 
 static ssize_t
-pwritev_failing_once(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
+pwritev_failing(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
 {
-    if (atomic_exchange(&fail_next, false))
+    if (atomic_load(&fail_left) > 0 && atomic_fetch_sub(&fail_left, 1) > 0)
         return -EIO;
     return store_io_real()->pwritev(fd, iov, iovcnt, off);
 }
 
-Test(group, a_failed_early_append_fails_only_its_request, .timeout = 60)
+static void
+use_failing_io(void)
 {
     failing_ops = *store_io_real();
-    failing_ops.pwritev = pwritev_failing_once;
+    failing_ops.pwritev = pwritev_failing;
     store_io_set(&failing_ops);
+}
+
+Test(group, a_failed_early_append_fails_only_its_request, .timeout = 60)
+{
+    use_failing_io();
     struct fx f;
     fx_open(&f);
     /* The first request's records are the first segment write after the zeros. */
-    atomic_store(&fail_next, true);
+    atomic_store(&fail_left, 1);
     static const uint32_t seeds[] = {31, 32, 33};
     static const int want_rc[] = {-EIO, 0, 0};
     struct engine_stats s = group_of_rc(&f, seeds, 3, want_rc);
-    cr_assert(!atomic_load(&fail_next));
+    cr_assert_eq(atomic_load(&fail_left), 0);
     cr_assert_eq(fx_chunks(&f), 2);
     cr_assert_eq(s.dedup_misses, 2);
     cr_assert_eq(dead_bytes_balanced(&f), 0, "the failed write left nothing behind");
@@ -450,22 +456,9 @@ Test(batch, each_write_gets_its_own_result_and_overlaps_keep_their_order, .timeo
     fx_close(&f); /* refcounts = map entries, hash entries name live chunks */
 }
 
-/* The real file ops, but the next fail_left segment writes fail with EIO. */
-static atomic_int fail_left;
-
-static ssize_t
-pwritev_failing_n(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
-{
-    if (atomic_load(&fail_left) > 0 && atomic_fetch_sub(&fail_left, 1) > 0)
-        return -EIO;
-    return store_io_real()->pwritev(fd, iov, iovcnt, off);
-}
-
 Test(batch, a_failed_append_fails_only_the_request_that_cannot_append_alone, .timeout = 60)
 {
-    failing_ops = *store_io_real();
-    failing_ops.pwritev = pwritev_failing_n;
-    store_io_set(&failing_ops);
+    use_failing_io();
     struct fx f;
     fx_open(&f);
     static uint8_t b[3][CS];

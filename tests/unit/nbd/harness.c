@@ -350,15 +350,27 @@ void
 cl_req(int fd, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
        const void *payload)
 {
+    uint8_t hdr[sizeof(struct nbd_request)];
+    cr_assert(cl_send(fd, hdr, cl_req_put(hdr, type, flags, cookie, off, len, NULL)));
+    if (payload && len)
+        cr_assert(cl_send(fd, payload, len));
+}
+
+size_t
+cl_req_put(uint8_t *out, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
+           const void *payload)
+{
     struct nbd_request r = {htobe32(NBD_REQUEST_MAGIC),
                             htobe16(flags),
                             htobe16(type),
                             htobe64(cookie),
                             htobe64(off),
                             htobe32(len)};
-    cr_assert(cl_send(fd, &r, sizeof(r)));
-    if (payload && len)
-        cr_assert(cl_send(fd, payload, len));
+    memcpy(out, &r, sizeof(r));
+    if (!payload)
+        return sizeof(r);
+    memcpy(out + sizeof(r), payload, len);
+    return sizeof(r) + len;
 }
 
 uint32_t

@@ -50,6 +50,10 @@ uint32_t cl_rep(int fd, uint32_t want_opt, void *buf, uint32_t cap, uint32_t *le
 uint16_t cl_go(int fd, const char *name, bool structured, const char *const *ctx, uint64_t *size);
 void cl_req(int fd, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
             const void *payload);
+/* The same request (header, then payload if not NULL) written to out instead of sent, so a
+ * test can send several in one write; returns the bytes written. */
+size_t cl_req_put(uint8_t *out, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off,
+                  uint32_t len, const void *payload);
 /* Simple reply: returns the NBD error, cookie checked when want_cookie != 0. */
 uint32_t cl_simple(int fd, uint64_t *cookie);
 struct cl_chunk {

@@ -560,24 +560,6 @@ expect_read(int fd, uint64_t off, const uint8_t *want, uint32_t len)
     cr_assert(!memcmp(got, want, len), "%u bytes at %lu read back wrong", len, (unsigned long) off);
 }
 
-/* Appends one request (header, then payload if any) to a client-side buffer. */
-static size_t
-put_req(uint8_t *out, uint16_t type, uint16_t flags, uint64_t cookie, uint64_t off, uint32_t len,
-        const void *payload)
-{
-    struct nbd_request r = {htobe32(NBD_REQUEST_MAGIC),
-                            htobe16(flags),
-                            htobe16(type),
-                            htobe64(cookie),
-                            htobe64(off),
-                            htobe32(len)};
-    memcpy(out, &r, sizeof(r));
-    if (!payload)
-        return sizeof(r);
-    memcpy(out + sizeof(r), payload, len);
-    return sizeof(r) + len;
-}
-
 /* Small WRITEs that arrive together reach the engine in batches (engine_submit_writes, at
  * most NBD_WBATCH_MAX each); a request of another kind, or a larger write, sends the batch
  * before it. Every request still gets its own reply, and every byte lands. */
@@ -591,16 +573,16 @@ Test(transmit, small_writes_arriving_together_are_batched_and_each_answered)
     size_t n = 0;
     for (int i = 0; i < SMALL; i++) {
         fill(data[i], 4096, (uint8_t) (i + 1));
-        n += put_req(buf + n, NBD_CMD_WRITE, 0, 100 + i, (uint64_t) i * 4096, 4096, data[i]);
+        n += cl_req_put(buf + n, NBD_CMD_WRITE, 0, 100 + i, (uint64_t) i * 4096, 4096, data[i]);
     }
     fill(part, sizeof(part), 77);
     fill(big, sizeof(big), 78);
     fill(last, sizeof(last), 79);
-    n += put_req(buf + n, NBD_CMD_WRITE, 0, 200, 12 * 4096 + 7, sizeof(part), part);
-    n += put_req(buf + n, NBD_CMD_WRITE, 0, 201, 16 * 4096, BIG, big);        /* not batched */
-    n += put_req(buf + n, NBD_CMD_WRITE, 0, 202, H_DEFAULT_SIZE, 4096, last); /* past the end */
-    n += put_req(buf + n, NBD_CMD_FLUSH, 0, 203, 0, 0, NULL);
-    n += put_req(buf + n, NBD_CMD_WRITE, NBD_CMD_FLAG_FUA, 204, 13 * 4096, 4096, last);
+    n += cl_req_put(buf + n, NBD_CMD_WRITE, 0, 200, 12 * 4096 + 7, sizeof(part), part);
+    n += cl_req_put(buf + n, NBD_CMD_WRITE, 0, 201, 16 * 4096, BIG, big);        /* not batched */
+    n += cl_req_put(buf + n, NBD_CMD_WRITE, 0, 202, H_DEFAULT_SIZE, 4096, last); /* past the end */
+    n += cl_req_put(buf + n, NBD_CMD_FLUSH, 0, 203, 0, 0, NULL);
+    n += cl_req_put(buf + n, NBD_CMD_WRITE, NBD_CMD_FLAG_FUA, 204, 13 * 4096, 4096, last);
     cr_assert_leq(n, sizeof(buf));
     cr_assert(cl_send(fd, buf, n));
 
