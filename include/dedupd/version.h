@@ -6,6 +6,6 @@
 /* Bumped when the control protocol changes incompatibly; a mismatch is refused. */
 #define DEDUPD_CTL_PROTO_VERSION 1
 /* On-disk format of DATA_DIR (segments + RocksDB); a newer one is refused at open. */
-#define DEDUPD_FORMAT_VERSION 2
+#define DEDUPD_FORMAT_VERSION 3
 
 #endif

@@ -320,7 +320,11 @@ read_format(struct meta *m, const char *dir, uint32_t *out)
  * headers name their chunk, so compaction and recovery walk segments instead. Its entries
  * go in one range delete, together with the new version, in one synced write; the family
  * itself stays, so that every format has the same list of families. A dedupd that reads
- * only format 1 refuses the upgraded directory instead of trusting an empty `rev`. */
+ * only format 1 refuses the upgraded directory instead of trusting an empty `rev`.
+ * Format 2 -> 3: refcounts may be newer in the store's journal (`meta` keys "refs:") than
+ * in the chunk entries; nothing to convert (a format-2 directory has no journal), but a
+ * dedupd that reads only format 2 must refuse a directory that may have one. The range
+ * delete finds `rev` empty then. */
 static int
 upgrade_format(struct meta *m, const char *dir, uint32_t ver)
 {
@@ -349,8 +353,8 @@ upgrade_format(struct meta *m, const char *dir, uint32_t ver)
         rocksdb_free(err);
         return -EIO;
     }
-    log_info("meta: %s: upgraded from format %" PRIu32 " to %d (the `rev` family is emptied)", dir,
-             ver, DEDUPD_FORMAT_VERSION);
+    log_info("meta: %s: upgraded from format %" PRIu32 " to %d%s", dir, ver, DEDUPD_FORMAT_VERSION,
+             ver < 2 ? " (the `rev` family is emptied)" : "");
     return 0;
 }
 

@@ -185,6 +185,8 @@ pass_chunks(struct ck *c, struct meta_iter *it)
         }
         struct ck_chunk e = {
             .id = id, .refs = r.refs, .reclen = (uint32_t) store_record_len(r.stored_len)};
+        if (c->st->opt.read_only) /* nothing folded the journal (nor changes it meanwhile) */
+            store__refs_get(c->st, id, &e.refs);
         rc = tab_add(c, &e);
         c->want.chunks++;
         c->want.raw_bytes += r.raw_len;
@@ -441,6 +443,12 @@ store_check(struct store *st, bool repair, store_progress_fn progress, store_fin
     int rc = -ENOMEM;
     c.b = meta_batch_new();
     pthread_mutex_lock(&st->commit_lock);
+    /* Journaled refcounts into the chunk entries first (refs.c): the passes read entries. */
+    if (c.b && !st->opt.read_only && (rc = store__refs_fold(st)) != 0) {
+        if (!c.repair)
+            pthread_mutex_unlock(&st->commit_lock);
+        goto out;
+    }
     /* One consistent view: iterators and in-memory counters taken under the same lock. */
     it[0] = meta_iter_new(st->meta, META_CF_CHUNK);
     it[1] = meta_iter_new(st->meta, META_CF_MAP);

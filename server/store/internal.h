@@ -124,6 +124,24 @@ struct store_txn {
     bool active;
 };
 
+/* refs.c: the refcount journal (see there). */
+#define STORE_REFS_FOLD_IDS   8192       /* chunks remembered before a commit folds */
+#define STORE_REFS_FOLD_KEYS  4096       /* journal entries before a commit folds */
+#define STORE_REFS_FOLD_BYTES (8u << 20) /* journal bytes before a commit folds */
+struct store_refs_slot {
+    uint64_t id; /* 0 = empty */
+    uint64_t refs;
+};
+struct store_refs {
+    pthread_mutex_t lock; /* changes: commit_lock + lock; readers outside the commit: lock */
+    struct store_refs_slot *tab;
+    size_t cap, n;
+    uint64_t seq_lo, seq_hi; /* journal entries [seq_lo, seq_hi) may exist */
+    uint64_t jbytes;         /* in those entries */
+    uint8_t *jbuf;           /* the journal entry being built (commit_lock) */
+    size_t jlen, jcap;
+};
+
 struct store_export_count {
     uint32_t export_id;
     uint64_t mapped;
@@ -166,6 +184,7 @@ struct store {
     size_t nmapend; /* of STORE_MAPEND_EXPORTS slots */
     pthread_mutex_t mapend_lock;
     struct store_txn txn;   /* the one transaction: reused under commit_lock */
+    struct store_refs refs; /* refs.c */
     uint64_t wal_unflushed; /* batch bytes since the last WAL flush */
     uint64_t mem_unpolled;  /* batch bytes since the last memtable size poll */
     int seg_sync_err;       /* atomic: the first failed segment fdatasync (-errno), sticky */
@@ -311,6 +330,22 @@ struct store_move { /* one record compaction wants to copy */
 int store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
                         size_t n, const uint8_t *buf, uint64_t *moved);
 
+/* refs.c. store__refs_get: the journaled refcount of id, if it has one (any thread).
+ * The rest run under the commit lock. */
+void store__refs_init(struct store *st);
+void store__refs_fini(struct store *st);
+int store__refs_load(struct store *st); /* at open, before recovery */
+bool store__refs_get(struct store *st, uint64_t id, uint64_t *refs);
+bool store__refs_fold_due(const struct store *st, size_t more);
+void store__refs_journal_begin(struct store *st);
+int store__refs_journal_add(struct store *st, uint64_t id, uint64_t refs);
+int store__refs_journal_put(struct store *st, struct meta_batch *b); /* -ENOMEM */
+void store__refs_journal_apply(struct store *st);                    /* after the batch committed */
+void store__refs_forget(struct store *st, uint64_t id); /* freed: after the batch committed */
+int store__refs_fold_put(struct store *st, struct meta_batch *b);
+void store__refs_folded(struct store *st); /* after a batch of fold_put committed */
+int store__refs_fold(struct store *st);    /* a batch of its own */
+
 /* recover.c */
 int store__recover(struct store *st);
 
@@ -321,5 +356,7 @@ void store__compact_stop(struct store *st);
 #define STORE_META_COUNTERS "counters"
 #define STORE_META_SEG      "seg:"    /* + be32 segment id */
 #define STORE_META_EXPORT   "mapped:" /* + be32 export id */
+#define STORE_META_REFS     "refs:"   /* + be64 sequence number: the refcount journal */
+#define STORE_REFS_KEY_LEN  (5 + 8)
 
 #endif

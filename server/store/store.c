@@ -193,6 +193,7 @@ store__chunk_load(struct store *st, uint64_t id, struct meta_chunk_rec *r)
         log_err("store: chunk %" PRIu64 ": malformed chunk entry", id);
         return -EIO;
     }
+    store__refs_get(st, id, &r->refs); /* a journaled refcount is newer than the entry's */
     return 0;
 }
 
@@ -573,6 +574,7 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
     pthread_cond_init(&st->compact_cv, NULL);
 
     pthread_mutex_init(&st->mapend_lock, NULL);
+    store__refs_init(st);
 
     int rc = -ENOMEM;
     st->dir = strdup(data_dir);
@@ -628,7 +630,9 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
         log_err("store: %s: cannot open segments: %s", st->seg_dir, strerror(-rc));
         goto fail;
     }
-    rc = store__recover(st);
+    rc = store__refs_load(st); /* before recovery, which reads refcounts */
+    if (rc == 0)
+        rc = store__recover(st);
     if (rc)
         goto fail;
     store__ccache_drop_all(st); /* recovery may have removed chunk entries */
@@ -657,6 +661,11 @@ store_close(struct store *st)
         return;
     store__compact_stop(st);
     if (st->opened && !st->opt.read_only) {
+        /* The journal into the chunk entries, so a clean directory holds none (an error
+         * is logged; the journal stays and the next open loads it). */
+        pthread_mutex_lock(&st->commit_lock);
+        store__refs_fold(st);
+        pthread_mutex_unlock(&st->commit_lock);
         int rc = store_sync(st);
         if (rc)
             log_err("store: %s: sync at close failed: %s", st->dir, strerror(-rc));
@@ -668,6 +677,7 @@ store_close(struct store *st)
     store__txn_fini(&st->txn);
     store__loc_fini(st);
     store__mapend_fini(st);
+    store__refs_fini(st);
     if (st->lock_fd >= 0)
         store__io->close(st->lock_fd);
     pthread_mutex_destroy(&st->commit_lock);

@@ -873,6 +873,13 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     rc = build_fp(tx);
     if (rc)
         goto fail;
+    /* New refcounts of chunks that existed before and still do go to the journal (refs.c),
+     * unless this commit folds it: then every journaled refcount is put first, and this
+     * commit's own puts (later in the batch) win. */
+    bool fold = store__refs_fold_due(st, tx->nchunks);
+    if (fold && (rc = store__refs_fold_put(st, tx->batch)) != 0)
+        goto fail;
+    store__refs_journal_begin(st);
     for (size_t i = 0; i < tx->nchunks; i++) {
         struct txn_chunk *e = &tx->chunks[tx->chunk_used[i]];
         int64_t before = (int64_t) e->rec.refs, after = before + e->delta;
@@ -902,6 +909,13 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         }
         if (!e->is_new && e->delta == 0)
             continue;
+        if (!e->is_new && !fold) {
+            rc = store__refs_journal_add(st, e->id, (uint64_t) after);
+            if (rc)
+                goto fail;
+            c.shared += (after > 1) - (before > 1);
+            continue;
+        }
         uint8_t key[META_CHUNK_KEY_LEN], val[META_CHUNK_VAL_MAX];
         struct meta_chunk_rec r = e->rec;
         r.refs = (uint64_t) after;
@@ -932,6 +946,9 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
     /* Every id of this batch was handed out before now (early appends included). */
     c.next_id = __atomic_load_n(&st->id_next, __ATOMIC_ACQUIRE);
     store__counters_put(st, tx->batch, &c);
+    rc = store__refs_journal_put(st, tx->batch); /* also makes room to remember it */
+    if (rc)
+        goto fail;
 
     /* invariant 3: segment bytes before batch */
     pthread_rwlock_rdlock(&st->wal_lock);
@@ -950,6 +967,11 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         d->sg->dirty = false;
         __atomic_sub_fetch(&d->sg->early_pending, (int) d->early_done, __ATOMIC_SEQ_CST);
     }
+    /* The journal's table follows the batch before any reader can load an entry it wrote
+     * (a fold's entries hold what the table did). */
+    if (fold)
+        store__refs_folded(st);
+    store__refs_journal_apply(st);
     store__mapend_commit(st, tx);            /* before any reader can find the new entries cached */
     for (size_t i = 0; i < tx->nmaps; i++) { /* the batch is applied: reads may see it */
         const struct txn_map *m = &tx->maps[tx->map_used[i]];
@@ -961,6 +983,8 @@ store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg)
         if (after == 0) {
             ccache_drop(tx, e->id);
             store__loc_chunk_drop(st, e->id);
+            if (!e->is_new)
+                store__refs_forget(st, e->id);
         } else if (e->is_new) { /* in the ccache once reused; readers find it at once */
             if (e->rec.codec == STORE_CODEC_RAW)
                 store__loc_chunk_put(st, e->id,

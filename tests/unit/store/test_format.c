@@ -114,3 +114,38 @@ Test(format, a_format_1_store_is_upgraded_and_keeps_working)
     cr_assert_eq(ver[3], DEDUPD_FORMAT_VERSION);
     meta_close(m);
 }
+
+/* Data format 2 -> 3: nothing to convert (a format-2 directory has no refcount journal),
+ * but the version is raised at the first read-write open, and the journal then works. */
+Test(format, a_format_2_store_is_upgraded_to_3)
+{
+    struct store *st = NULL;
+    cr_assert_eq(store_open(dir, &opts, &st), 0);
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t id = add(tx, 7, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, id), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    store_close(st);
+    struct meta *m = open_db_of(dir, false);
+    struct meta_batch *b = meta_batch_new();
+    uint8_t ver[4] = {0, 0, 0, 2};
+    meta_batch_put(b, META_CF_META, "format_version", 14, ver, 4);
+    cr_assert_eq(meta_batch_commit(m, b, true), 0);
+    meta_batch_free(b);
+    meta_close(m);
+
+    cr_assert_eq(store_open(dir, &opts, &st), 0);
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, id), 0); /* refcount 2, journaled */
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, id, &ci), 0);
+    cr_assert_eq(ci.refs, 2);
+    expect_bytes(st, id, 7, 4096);
+    store_close(st);
+    m = open_db_of(dir, true);
+    cr_assert_eq(meta_get(m, META_CF_META, "format_version", 14, ver, 4), 4);
+    cr_assert_eq(ver[3], 3);
+    meta_close(m);
+}

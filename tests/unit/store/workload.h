@@ -67,8 +67,17 @@ wl_new_chunk(uint8_t buf[4096], uint8_t h[DEDUPD_HASH_MAX_LEN], uint64_t seed)
                                     .hash = h};
 }
 
-/* 1-6 block writes in the open transaction tx (some sharing one chunk, some unmapping),
- * each reported to note() before the commit. */
+/* Chunks made by earlier transactions of this process, to be referenced again (so that
+ * refcounts of existing chunks go up as well as down, through the store's refcount
+ * journal). One may be freed since: wl_ops asks the store first. */
+struct wl_recent {
+    uint64_t id, seed;
+};
+static struct wl_recent wl_recent[16];
+
+/* 1-6 block writes in the open transaction tx (some sharing one chunk, some referencing a
+ * chunk of an earlier transaction, some unmapping), each reported to note() before the
+ * commit. */
 static inline int
 wl_ops(struct store_txn *tx, uint64_t *rng, uint64_t *next_seed,
        void (*note)(void *arg, unsigned blk, uint64_t seed), void *arg)
@@ -79,11 +88,15 @@ wl_ops(struct store_txn *tx, uint64_t *rng, uint64_t *next_seed,
     for (unsigned i = 0; i < n && rc == 0; i++) {
         unsigned blk = (unsigned) (wl_rand(rng) % WL_BLOCKS);
         unsigned kind = (unsigned) (wl_rand(rng) % 8);
+        struct wl_recent *old = &wl_recent[wl_rand(rng) % 16];
+        struct store_chunk_info ci;
         uint64_t seed, id;
         if (kind == 0) {
             seed = 0, id = 0; /* trim */
         } else if (kind == 1 && last_id) {
             seed = last_seed, id = last_id; /* same bytes, shared chunk */
+        } else if (kind == 2 && old->id && store_txn_chunk_get(tx, old->id, &ci) == 0) {
+            seed = old->seed, id = old->id; /* same bytes as an earlier transaction's */
         } else {
             seed = (*next_seed)++;
             uint8_t buf[4096], h[DEDUPD_HASH_MAX_LEN];
@@ -93,6 +106,7 @@ wl_ops(struct store_txn *tx, uint64_t *rng, uint64_t *next_seed,
             if (rc)
                 break;
             last_id = id, last_seed = seed;
+            wl_recent[seed % 16] = (struct wl_recent){id, seed};
         }
         rc = store_txn_map_set(tx, 1, blk, id);
         if (rc == 0)
