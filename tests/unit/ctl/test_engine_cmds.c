@@ -69,7 +69,7 @@ teardown(void)
     nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-TestSuite(engine_cmds, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(engine_cmds, .init = setup, .fini = teardown);
 
 static Dedupd__Response *
 call(Dedupd__Request *req)

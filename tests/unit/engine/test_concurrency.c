@@ -56,7 +56,7 @@ overlap_main(void *arg)
     return NULL;
 }
 
-Test(concurrency, overlapping_multi_chunk_writes_never_interleave, .timeout = 60)
+Test(concurrency, overlapping_multi_chunk_writes_never_interleave)
 {
     struct fx f;
     fx_open(&f);
@@ -86,7 +86,7 @@ disjoint_main(void *arg)
     return NULL;
 }
 
-Test(concurrency, disjoint_writers_all_land_and_share, .timeout = 60)
+Test(concurrency, disjoint_writers_all_land_and_share)
 {
     struct fx f;
     fx_open(&f);
@@ -135,7 +135,7 @@ churn_main(void *arg)
     return NULL;
 }
 
-Test(concurrency, chunks_freed_between_lookup_and_commit_are_not_shared, .timeout = 60)
+Test(concurrency, chunks_freed_between_lookup_and_commit_are_not_shared)
 {
     struct fx f;
     fx_open(&f);

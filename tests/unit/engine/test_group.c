@@ -104,7 +104,7 @@ Test(commitq, a_lone_request_runs_at_once_alone)
     engine__commitq_destroy(&q);
 }
 
-Test(commitq, requests_queued_meanwhile_commit_together_in_arrival_order, .timeout = 30)
+Test(commitq, requests_queued_meanwhile_commit_together_in_arrival_order)
 {
     struct recorder r = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct engine_commitq q;
@@ -134,7 +134,7 @@ Test(commitq, requests_queued_meanwhile_commit_together_in_arrival_order, .timeo
     engine__commitq_destroy(&q);
 }
 
-Test(commitq, a_group_stops_at_its_chunk_budget, .timeout = 30)
+Test(commitq, a_group_stops_at_its_chunk_budget)
 {
     struct recorder r = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct engine_commitq q;
@@ -254,7 +254,7 @@ dead_bytes_balanced(struct fx *f)
     return ss.dead_bytes;
 }
 
-Test(group, a_request_shares_a_chunk_an_earlier_request_of_its_group_stored, .timeout = 60)
+Test(group, a_request_shares_a_chunk_an_earlier_request_of_its_group_stored)
 {
     struct fx f;
     fx_open(&f);
@@ -269,7 +269,7 @@ Test(group, a_request_shares_a_chunk_an_earlier_request_of_its_group_stored, .ti
     fx_close(&f); /* refcounts = map entries, hash entries name live chunks */
 }
 
-Test(group, verify_keeps_colliding_chunks_of_one_group_apart, .timeout = 60)
+Test(group, verify_keeps_colliding_chunks_of_one_group_apart)
 {
     struct fx f;
     fx_open(&f);
@@ -309,7 +309,7 @@ use_failing_io(void)
     store_io_set(&failing_ops);
 }
 
-Test(group, a_failed_early_append_fails_only_its_request, .timeout = 60)
+Test(group, a_failed_early_append_fails_only_its_request)
 {
     use_failing_io();
     struct fx f;
@@ -327,7 +327,7 @@ Test(group, a_failed_early_append_fails_only_its_request, .timeout = 60)
     store_io_set(NULL);
 }
 
-Test(group, a_failed_group_is_retried_one_request_at_a_time, .timeout = 60)
+Test(group, a_failed_group_is_retried_one_request_at_a_time)
 {
     struct fx f;
     fx_open(&f);
@@ -361,7 +361,7 @@ many_main(void *arg)
     return NULL;
 }
 
-Test(commitq, one_threads_items_queue_together_and_keep_their_own_results, .timeout = 30)
+Test(commitq, one_threads_items_queue_together_and_keep_their_own_results)
 {
     struct recorder r = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct engine_commitq q;
@@ -421,7 +421,7 @@ assert_reads(struct fx *f, uint64_t off, const void *want, size_t len, const cha
     cr_assert(!memcmp(got, want, len), "%s reads back wrong", what);
 }
 
-Test(batch, each_write_gets_its_own_result_and_overlaps_keep_their_order, .timeout = 60)
+Test(batch, each_write_gets_its_own_result_and_overlaps_keep_their_order)
 {
     struct fx f;
     fx_open(&f);
@@ -456,7 +456,7 @@ Test(batch, each_write_gets_its_own_result_and_overlaps_keep_their_order, .timeo
     fx_close(&f); /* refcounts = map entries, hash entries name live chunks */
 }
 
-Test(batch, a_failed_append_fails_only_the_request_that_cannot_append_alone, .timeout = 60)
+Test(batch, a_failed_append_fails_only_the_request_that_cannot_append_alone)
 {
     use_failing_io();
     struct fx f;
@@ -483,7 +483,7 @@ Test(batch, a_failed_append_fails_only_the_request_that_cannot_append_alone, .ti
     store_io_set(NULL);
 }
 
-Test(batch, a_failed_commit_is_retried_one_request_at_a_time, .timeout = 60)
+Test(batch, a_failed_commit_is_retried_one_request_at_a_time)
 {
     struct fx f;
     fx_open(&f);

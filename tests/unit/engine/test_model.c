@@ -164,12 +164,12 @@ model_run(uint64_t seed)
     fx_close(&f);
 }
 
-Test(model, random_ops_match_the_shadow_seed_1, .timeout = 120)
+Test(model, random_ops_match_the_shadow_seed_1)
 {
     model_run(1);
 }
 
-Test(model, random_ops_match_the_shadow_seed_2, .timeout = 120)
+Test(model, random_ops_match_the_shadow_seed_2)
 {
     model_run(0xdeadbeef);
 }

@@ -165,14 +165,14 @@ run(uint64_t seed, const char *backend)
     tmpdir_rm(d.dir);
 }
 
-Test(powercut, flushed_state_survives_with_rocksdb_index, .timeout = 120)
+Test(powercut, flushed_state_survives_with_rocksdb_index)
 {
     log_set_level(LOG_LEVEL_ERROR);
     for (uint64_t s = 1; s <= 2; s++)
         run(s, "rocksdb");
 }
 
-Test(powercut, flushed_state_survives_with_memory_index, .timeout = 120)
+Test(powercut, flushed_state_survives_with_memory_index)
 {
     log_set_level(LOG_LEVEL_ERROR);
     run(3, "memory");

@@ -25,7 +25,7 @@ teardown(void)
     h_stop(&h);
 }
 
-TestSuite(handshake, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(handshake, .init = setup, .fini = teardown);
 
 /* Builds name-then-requests data for INFO/GO. */
 static uint32_t

@@ -20,7 +20,7 @@
 
 static struct harness h;
 
-TestSuite(server, .timeout = 60);
+TestSuite(server);
 
 static void
 unix_path(char *buf, size_t cap, const char *name)

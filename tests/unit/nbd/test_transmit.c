@@ -26,7 +26,7 @@ teardown(void)
     h_stop(&h);
 }
 
-TestSuite(transmit, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(transmit, .init = setup, .fini = teardown);
 
 static const char *const both_ctx[] = {"base:allocation", "x-dedupd:shared", NULL};
 

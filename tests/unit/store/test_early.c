@@ -301,7 +301,7 @@ writer_main(void *arg)
     return NULL;
 }
 
-Test(early, concurrent_writers_lose_nothing, .timeout = 120)
+Test(early, concurrent_writers_lose_nothing)
 {
     struct store *st = open_with(256 << 10); /* seals now and then */
     struct writer w[WRITERS];
