@@ -24,6 +24,33 @@
 #include "store/record.h"
 #include "store/store.h"
 
+/* Big-endian integers of the store's own `meta` keys and values. */
+static inline void
+store__put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t) v;
+}
+
+static inline uint64_t
+store__get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Spreads an id over the bits of a hash-table index. */
+static inline size_t
+store__mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t) x;
+}
+
 extern const struct store_io_ops *store__io;
 ssize_t store__io_read_full(int fd, void *buf, size_t len, uint64_t off);
 int store__io_write_full(int fd, const void *buf, size_t len, uint64_t off);

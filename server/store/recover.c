@@ -32,15 +32,6 @@
 
 #include "util/log.h"
 
-static uint64_t
-rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 struct lost {
     uint64_t *ids;
     size_t n, cap;
@@ -98,7 +89,8 @@ load_seg_entries(struct store *st, struct meta_batch *b)
         }
         uint32_t id = (uint32_t) k[plen] << 24 | (uint32_t) k[plen + 1] << 16 |
                       (uint32_t) k[plen + 2] << 8 | k[plen + 3];
-        uint64_t size = rd64(v + 1), synced = rd64(v + 9), live = rd64(v + 17), dead = rd64(v + 25);
+        uint64_t size = store__get_be64(v + 1), synced = store__get_be64(v + 9),
+                 live = store__get_be64(v + 17), dead = store__get_be64(v + 25);
         struct store_seg *sg = store__seg_find(st, id);
         if (!sg && live && synced == 0 && !st->opt.read_only) {
             /* Never synced: its name may not have reached the disk. Nothing in it was

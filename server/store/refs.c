@@ -35,28 +35,12 @@
 #define JOURNAL_VERSION 1
 #define PAIR_BYTES      16 /* be64 chunk id, be64 refcount */
 
-static uint64_t
-rd_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void
-wr_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t) v;
-}
-
 static size_t
 journal_key(uint8_t out[STORE_REFS_KEY_LEN], uint64_t seq)
 {
     size_t plen = strlen(STORE_META_REFS);
     memcpy(out, STORE_META_REFS, plen);
-    wr_be64(out + plen, seq);
+    store__put_be64(out + plen, seq);
     return plen + 8;
 }
 
@@ -66,7 +50,7 @@ static size_t
 slot_of(const struct store_refs *r, uint64_t id)
 {
     size_t mask = r->cap - 1;
-    size_t i = (size_t) ((id * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
+    size_t i = store__mix64(id) & mask;
     while (r->tab[i].id != 0 && r->tab[i].id != id)
         i = (i + 1) & mask;
     return i;
@@ -118,7 +102,7 @@ tab_del(struct store_refs *r, uint64_t id)
     r->tab[i].id = 0;
     r->n--;
     for (size_t j = (i + 1) & mask; r->tab[j].id; j = (j + 1) & mask) {
-        size_t home = (size_t) ((r->tab[j].id * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
+        size_t home = store__mix64(r->tab[j].id) & mask;
         /* Move j into the hole at i unless its home lies cyclically in (i, j]. */
         bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (!stays) {
@@ -155,13 +139,13 @@ load_entry(struct store *st, bool first, const uint8_t *k, size_t kl, const uint
                 kl, vl);
         return -EPROTO;
     }
-    uint64_t seq = rd_be64(k + plen);
+    uint64_t seq = store__get_be64(k + plen);
     if (first)
         st->refs.seq_lo = seq;
     st->refs.seq_hi = seq + 1;
     st->refs.jbytes += vl;
     for (size_t off = 1; off < vl; off += PAIR_BYTES) {
-        uint64_t id = rd_be64(v + off), refs = rd_be64(v + off + 8);
+        uint64_t id = store__get_be64(v + off), refs = store__get_be64(v + off + 8);
         if (id == 0 || refs == 0) {
             log_err("store: %s: refcount journal entry %" PRIu64 " names chunk %" PRIu64
                     " with refcount %" PRIu64,
@@ -250,8 +234,8 @@ store__refs_journal_add(struct store *st, uint64_t id, uint64_t refs)
         r->jbuf = n;
         r->jcap = cap;
     }
-    wr_be64(r->jbuf + r->jlen, id);
-    wr_be64(r->jbuf + r->jlen + 8, refs);
+    store__put_be64(r->jbuf + r->jlen, id);
+    store__put_be64(r->jbuf + r->jlen + 8, refs);
     r->jlen += PAIR_BYTES;
     return 0;
 }
@@ -288,7 +272,8 @@ store__refs_journal_apply(struct store *st)
     r->seq_hi++;
     r->jbytes += r->jlen;
     for (size_t off = 1; off < r->jlen; off += PAIR_BYTES)
-        (void) tab_set(r, rd_be64(r->jbuf + off), rd_be64(r->jbuf + off + 8)); /* room made */
+        (void) tab_set(r, store__get_be64(r->jbuf + off),
+                       store__get_be64(r->jbuf + off + 8)); /* room made */
     pthread_mutex_unlock(&r->lock);
     r->jlen = 0;
 }

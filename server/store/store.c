@@ -30,22 +30,6 @@ join(const char *a, const char *b)
     return p;
 }
 
-static void
-put_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t) v;
-}
-
-static uint64_t
-get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* counters value v1: version u8 | chunks | shared | raw_bytes | stored_bytes | next_id */
 #define COUNTERS_LEN (1 + 5 * 8)
 
@@ -55,11 +39,11 @@ store__counters_put(struct store *st, struct meta_batch *b, const struct store_c
     (void) st;
     uint8_t v[COUNTERS_LEN];
     v[0] = 1;
-    put_be64(v + 1, c->chunks);
-    put_be64(v + 9, c->shared);
-    put_be64(v + 17, c->raw_bytes);
-    put_be64(v + 25, c->stored_bytes);
-    put_be64(v + 33, c->next_id);
+    store__put_be64(v + 1, c->chunks);
+    store__put_be64(v + 9, c->shared);
+    store__put_be64(v + 17, c->raw_bytes);
+    store__put_be64(v + 25, c->stored_bytes);
+    store__put_be64(v + 33, c->next_id);
     meta_batch_put(b, META_CF_META, STORE_META_COUNTERS, strlen(STORE_META_COUNTERS), v, sizeof(v));
 }
 
@@ -80,11 +64,11 @@ counters_load(struct store *st)
         log_err("store: %s: malformed counters entry; run check with repair", st->dir);
         return -EPROTO;
     }
-    st->cnt.chunks = get_be64(v + 1);
-    st->cnt.shared = get_be64(v + 9);
-    st->cnt.raw_bytes = get_be64(v + 17);
-    st->cnt.stored_bytes = get_be64(v + 25);
-    st->cnt.next_id = get_be64(v + 33);
+    st->cnt.chunks = store__get_be64(v + 1);
+    st->cnt.shared = store__get_be64(v + 9);
+    st->cnt.raw_bytes = store__get_be64(v + 17);
+    st->cnt.stored_bytes = store__get_be64(v + 25);
+    st->cnt.next_id = store__get_be64(v + 33);
     if (st->cnt.next_id == 0)
         st->cnt.next_id = 1;
     st->id_next = st->cnt.next_id;
@@ -103,7 +87,7 @@ store__export_put(struct meta_batch *b, uint32_t export_id, uint64_t v)
 {
     uint8_t key[sizeof(STORE_META_EXPORT) - 1 + 4], val[8];
     export_key(key, export_id);
-    put_be64(val, v);
+    store__put_be64(val, v);
     meta_batch_put(b, META_CF_META, key, sizeof(key), val, sizeof(val));
 }
 
@@ -146,7 +130,7 @@ store__export_count_get(struct store *st, uint32_t export_id, uint64_t *out)
     ssize_t n = meta_get(st->meta, META_CF_META, key, sizeof(key), val, sizeof(val));
     uint64_t v = 0;
     if (n == 8)
-        v = get_be64(val);
+        v = store__get_be64(val);
     else if (n != -ENOENT)
         return n < 0 ? (int) n : -EBADMSG;
     pthread_mutex_lock(&st->stat_lock);

@@ -18,15 +18,6 @@
 /* Bytes appended to the active segment between two early write-back starts. */
 #define WRITEBACK_KICK_BYTES (4ULL << 20)
 
-static inline size_t
-mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t) x;
-}
-
 int
 store__txn_init(struct store_txn *tx, struct store *st)
 {
@@ -81,7 +72,7 @@ static struct txn_chunk *
 chunk_slot(struct store_txn *tx, uint64_t id, bool *found)
 {
     size_t mask = tx->chunks_cap - 1;
-    for (size_t i = mix64(id) & mask;; i = (i + 1) & mask) {
+    for (size_t i = store__mix64(id) & mask;; i = (i + 1) & mask) {
         if (tx->chunks[i].id == id) {
             *found = true;
             return &tx->chunks[i];
@@ -124,7 +115,7 @@ chunks_grow(struct store_txn *tx)
 static struct store_ccache_slot *
 ccache_slot(struct store_txn *tx, uint64_t id)
 {
-    return &tx->ccache[mix64(id) & (STORE_CCACHE_SLOTS - 1)];
+    return &tx->ccache[store__mix64(id) & (STORE_CCACHE_SLOTS - 1)];
 }
 
 static void
@@ -197,7 +188,7 @@ static struct txn_map *
 map_slot(struct store_txn *tx, uint32_t export_id, uint64_t idx, bool *found)
 {
     size_t mask = tx->maps_cap - 1;
-    for (size_t i = mix64(idx * 31 + export_id) & mask;; i = (i + 1) & mask) {
+    for (size_t i = store__mix64(idx * 31 + export_id) & mask;; i = (i + 1) & mask) {
         struct txn_map *m = &tx->maps[i];
         if (!m->used) {
             *found = false;
@@ -770,7 +761,7 @@ build_fp(struct store_txn *tx)
         if (!e->is_new || !e->rec.hash_alg)
             continue;
         uint64_t f = hash_fp(e->rec.hash_alg, e->rec.hash, e->rec.hash_len);
-        size_t j = mix64(f) & tx->fp_mask;
+        size_t j = store__mix64(f) & tx->fp_mask;
         while (tx->fp[j] && tx->fp[j] != f)
             j = (j + 1) & tx->fp_mask;
         tx->fp[j] = f;
@@ -782,7 +773,7 @@ static bool
 fp_has(const struct store_txn *tx, uint8_t alg, const uint8_t *hash, uint8_t len)
 {
     uint64_t f = hash_fp(alg, hash, len);
-    for (size_t j = mix64(f) & tx->fp_mask; tx->fp[j]; j = (j + 1) & tx->fp_mask)
+    for (size_t j = store__mix64(f) & tx->fp_mask; tx->fp[j]; j = (j + 1) & tx->fp_mask)
         if (tx->fp[j] == f)
             return true;
     return false;

@@ -221,8 +221,7 @@ Test(server, writes_are_not_held_up_by_parked_reads)
     cl_req(fd, NBD_CMD_WRITE, 0, 7, 0, sizeof(w), w);
     uint64_t cookie = 0;
     cr_assert_eq(cl_simple(fd, &cookie), 0);
-    cr_assert_eq(cookie, 7, "the write waited for parked reads (first reply: %" PRIu64 ")",
-                 cookie);
+    cr_assert_eq(cookie, 7, "the write waited for parked reads (first reply: %" PRIu64 ")", cookie);
     uint8_t *b = malloc(len);
     for (int i = 0; i < 6; i++) {
         cr_assert_eq(cl_simple(fd, &cookie), 0);
