@@ -16,7 +16,8 @@
  *     the slot and asks RocksDB.
  * Each table is 2-way set-associative: 2^LOC_BITS buckets of two slots (a direct-mapped
  * table half full of a 2 GiB export's entries lost a fifth of them to collisions).
- * Memory: ~56 MiB for both tables, allocated zeroed so the kernel backs only the pages used.
+ * Memory: ~56 MiB for both tables, allocated zeroed so the kernel backs only the pages used;
+ * a look-up makes the first touch of a page a write (first_touch).
  * Knows nothing of exports or hashing beyond the map key. */
 #include "store/internal.h"
 
@@ -47,9 +48,16 @@ struct chunk_slot {
     uint32_t len;
 };
 
+#define LOC_PAGE        4096u
+#define LOC_MAP_PAGES   ((LOC_BUCKETS * sizeof(struct map_bucket) + LOC_PAGE - 1) / LOC_PAGE)
+#define LOC_CHUNK_PAGES ((LOC_BUCKETS * 2 * sizeof(struct chunk_slot) + LOC_PAGE - 1) / LOC_PAGE)
+
 struct store_loccache {
     struct map_bucket *map;
     struct chunk_slot (*chunk)[2];
+    /* Pages of each table first_touch wrote (calloc's block is not page-aligned: +1). */
+    uint8_t map_touched[(LOC_MAP_PAGES + 1 + 7) / 8];
+    uint8_t chunk_touched[(LOC_CHUNK_PAGES + 1 + 7) / 8];
     pthread_mutex_t map_mu[LOC_STRIPES];
     pthread_mutex_t chunk_mu[LOC_STRIPES];
 };
@@ -127,6 +135,37 @@ store__loc_fini(struct store *st)
     st->loc = NULL;
 }
 
+/* Sets page's bit in touched; false if it was set already. */
+static inline bool
+mark_page(uint8_t *touched, size_t page)
+{
+    uint8_t bit = (uint8_t) (1u << (page % 8));
+    if (__atomic_load_n(&touched[page / 8], __ATOMIC_RELAXED) & bit)
+        return false;
+    __atomic_fetch_or(&touched[page / 8], bit, __ATOMIC_RELAXED);
+    return true;
+}
+
+/* Called before reading a bucket, with its stripe mutex held; first and last are its first
+ * and last words. The tables are calloc'd, so their pages start untouched; a look-up that
+ * reads one first maps the kernel's zero page, and the store that follows faults again,
+ * copies it and shoots down the other cores' TLB entries. Measured here with a second
+ * thread running: 12.9 us a page read first, 1.4-2.2 us a page written first — ~13k pages,
+ * 2-4% of the CPU of a fresh server's first 2 GiB written. So the first access to each
+ * page (a bucket may straddle two) is an atomic add of zero, a write to the CPU, to a word
+ * the mutex guards; the bitmap keeps it to once a page. */
+static inline void
+first_touch(uint8_t *touched, const void *base, uint64_t *first, uint32_t *last)
+{
+    uintptr_t base_page = (uintptr_t) base / LOC_PAGE;
+    size_t p0 = (uintptr_t) first / LOC_PAGE - base_page;
+    size_t p1 = (uintptr_t) last / LOC_PAGE - base_page;
+    if (mark_page(touched, p0))
+        __atomic_fetch_add(first, 0, __ATOMIC_RELAXED);
+    if (p1 != p0 && mark_page(touched, p1))
+        __atomic_fetch_add(last, 0, __ATOMIC_RELAXED);
+}
+
 /* The way of b holding the key, or -1. */
 static int
 map_way(const struct map_bucket *b, uint32_t export_id, uint64_t idx)
@@ -159,6 +198,7 @@ store__loc_map_get(struct store *st, uint32_t export_id, uint64_t idx, uint64_t 
     struct map_bucket *b = &lc->map[i];
     pthread_mutex_t *mu = &lc->map_mu[i % LOC_STRIPES];
     pthread_mutex_lock(mu);
+    first_touch(lc->map_touched, lc->map, &b->way[0].chunk_idx, &b->gen);
     int w = map_way(b, export_id, idx);
     if (w >= 0)
         *chunk_id = b->way[w].chunk_id;
@@ -220,6 +260,7 @@ store__loc_chunk_get(struct store *st, uint64_t id, struct store_loc *out)
     pthread_mutex_t *mu = &lc->chunk_mu[i % LOC_STRIPES];
     bool hit = false;
     pthread_mutex_lock(mu);
+    first_touch(lc->chunk_touched, lc->chunk, &lc->chunk[i][0].id, &lc->chunk[i][1].len);
     for (int w = 0; w < 2 && id && !hit; w++) {
         const struct chunk_slot *s = &lc->chunk[i][w];
         if ((hit = s->id == id))
