@@ -48,6 +48,7 @@ struct ck {
     struct ck_chunk *tab; /* ascending ids */
     size_t cap, n;
     uint64_t shared_by_refs; /* pass 1: chunks whose refcount is above 1 */
+    size_t hint;             /* tab_find's last hit */
     struct meta_batch *b;
     struct store_progress prog;
     struct store_counters cnt, want;
@@ -91,6 +92,13 @@ tick(struct ck *c)
 static struct ck_chunk *
 tab_find(struct ck *c, uint64_t id)
 {
+    /* Map entries of data written in order name ascending ids: try next to the last hit
+     * before bisecting. */
+    size_t h = c->hint;
+    if (h < c->n && c->tab[h].id == id)
+        return &c->tab[h];
+    if (h + 1 < c->n && c->tab[h + 1].id == id)
+        return &c->tab[c->hint = h + 1];
     size_t lo = 0, hi = c->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -99,7 +107,11 @@ tab_find(struct ck *c, uint64_t id)
         else
             hi = mid;
     }
-    return lo < c->n && c->tab[lo].id == id ? &c->tab[lo] : NULL;
+    if (lo < c->n && c->tab[lo].id == id) {
+        c->hint = lo;
+        return &c->tab[lo];
+    }
+    return NULL;
 }
 
 /* Appends the next chunk (ids come in ascending order). */
