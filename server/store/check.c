@@ -291,8 +291,12 @@ check_refs(struct ck *c, struct ck_chunk *e, struct meta_iter *chunks)
     size_t vl;
     const void *v;
     struct meta_chunk_rec r;
-    if (!iter_at(chunks, key, sizeof(key), &v, &vl) || meta_chunk_rec_decode(v, vl, &r))
-        return; /* pass 1 decoded it from the same snapshot */
+    if (!iter_at(chunks, key, sizeof(key), &v, &vl) || meta_chunk_rec_decode(v, vl, &r)) {
+        /* Pass 1 decoded it from the same snapshot: not expected, but still a finding. */
+        finding(c, "chunk %" PRIu64 ": refcount differs from its map entries by %" PRId64, e->id,
+                e->delta);
+        return;
+    }
     uint64_t refs = r.refs;
     if (c->st->opt.read_only)
         store__refs_get(c->st, e->id, &refs);
