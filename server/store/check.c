@@ -47,8 +47,7 @@ struct ck {
     struct store_check_result *res;
     struct ck_chunk *tab; /* ascending ids */
     size_t cap, n;
-    uint64_t shared_by_refs; /* pass 1: chunks whose refcount is above 1 */
-    size_t hint;             /* tab_find's last hit */
+    size_t hint; /* tab_find's last hit */
     struct meta_batch *b;
     struct store_progress prog;
     struct store_counters cnt, want;
@@ -195,7 +194,7 @@ pass_chunks(struct ck *c, struct meta_iter *it)
         if (c->st->opt.read_only) /* nothing folded the journal (nor changes it meanwhile) */
             store__refs_get(c->st, id, &refs);
         rc = tab_append(c, id, refs);
-        c->shared_by_refs += refs > 1;
+        c->want.shared += refs > 1; /* check_refs corrects it where the counts differ */
         c->want.chunks++;
         c->want.raw_bytes += r.raw_len;
         c->want.stored_bytes += r.stored_len;
@@ -256,30 +255,24 @@ pass_map(struct ck *c, struct meta_iter *it)
 }
 
 static void
-free_in_repair(struct ck *c, uint64_t id, struct meta_iter *chunks)
+free_in_repair(struct ck *c, uint64_t id, const uint8_t key[META_CHUNK_KEY_LEN],
+               const struct meta_chunk_rec *rec)
 {
-    uint8_t key[META_CHUNK_KEY_LEN];
-    meta_key_chunk_encode(key, id);
-    size_t vl;
-    const void *v;
-    struct meta_chunk_rec r;
-    if (!iter_at(chunks, key, sizeof(key), &v, &vl) || meta_chunk_rec_decode(v, vl, &r))
-        return;
-    meta_batch_delete(c->b, META_CF_CHUNK, key, sizeof(key));
-    if (r.hash_alg) {
+    meta_batch_delete(c->b, META_CF_CHUNK, key, META_CHUNK_KEY_LEN);
+    if (rec->hash_alg) {
         uint8_t hk[META_HASH_KEY_MAX], val[8];
-        size_t hl = meta_key_hash_encode(hk, r.hash_alg, r.hash, r.hash_len);
+        size_t hl = meta_key_hash_encode(hk, rec->hash_alg, rec->hash, rec->hash_len);
         uint64_t owner;
         ssize_t n = meta_get(c->st->meta, META_CF_HASH, hk, hl, val, sizeof(val));
         if (n == 8 && meta_val_id_decode(val, 8, &owner) == 0 && owner == id)
             meta_batch_delete(c->b, META_CF_HASH, hk, hl);
     }
     c->want.chunks--;
-    c->want.raw_bytes -= r.raw_len;
-    c->want.stored_bytes -= r.stored_len;
-    struct seg_sum *ss = segsum(c, r.seg);
+    c->want.raw_bytes -= rec->raw_len;
+    c->want.stored_bytes -= rec->stored_len;
+    struct seg_sum *ss = segsum(c, rec->seg);
     if (ss)
-        ss->live -= store_record_len(r.stored_len);
+        ss->live -= store_record_len(rec->stored_len);
 }
 
 /* A chunk whose references do not match its refcount: its entry read again. */
@@ -303,14 +296,14 @@ check_refs(struct ck *c, struct ck_chunk *e, struct meta_iter *chunks)
     uint64_t counted = refs - (uint64_t) e->delta;
     finding(c, "chunk %" PRIu64 ": refcount %" PRIu64 " but %" PRIu64 " map entries name it", e->id,
             refs, counted);
-    if (refs > 1) /* pass_refs counted it as shared by its refcount */
+    if (refs > 1) /* pass 1 counted it as shared by its refcount */
         c->want.shared--;
     if (counted > 1)
         c->want.shared++;
     if (!c->repair)
         return;
     if (counted == 0) {
-        free_in_repair(c, e->id, chunks);
+        free_in_repair(c, e->id, key, &r);
         e->delta = CK_FREED;
     } else {
         uint8_t val[META_CHUNK_VAL_MAX];
@@ -324,7 +317,6 @@ check_refs(struct ck *c, struct ck_chunk *e, struct meta_iter *chunks)
 static int
 pass_refs(struct ck *c, struct meta_iter *chunks)
 {
-    c->want.shared += c->shared_by_refs; /* check_refs corrects it where the counts differ */
     for (size_t i = 0; i < c->n; i++)
         if (c->tab[i].delta != 0)
             check_refs(c, &c->tab[i], chunks);
