@@ -122,6 +122,7 @@ run(struct app *app)
         .max_connections = cfg->max_connections,
         .max_inflight = cfg->max_inflight,
         .max_inflight_bytes = cfg->max_inflight_bytes,
+        .loops = cfg->nbd_loops,
     };
     rc = nbd_server_start(&app->loop, app->engine, (const char *const *) cfg->listen, cfg->n_listen,
                           &limits, &app->nbd);

@@ -200,6 +200,13 @@ apply_key(struct config *cfg, const char *section, const char *name, const char 
             return set_u32(&cfg->max_inflight, v);
         if (!strcmp(name, "max_inflight_bytes"))
             return set_size_min(&cfg->max_inflight_bytes, v, DEDUPD_NBD_MAX_PAYLOAD);
+        if (!strcmp(name, "loops")) {
+            uint32_t n;
+            if (set_u32(&n, v) < 0 || n > CONFIG_MAX_NBD_LOOPS)
+                return -EINVAL;
+            cfg->nbd_loops = n;
+            return 0;
+        }
     } else if (!strcmp(section, "store")) {
         if (!strcmp(name, "segment_size"))
             return set_size_min(&cfg->seg_bytes, v, 1u << 20);

@@ -10,7 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define CONFIG_MAX_LISTEN 16
+#define CONFIG_MAX_LISTEN    16
+#define CONFIG_MAX_NBD_LOOPS 64 /* [nbd] loops: more threads than this is a typo */
 
 struct config {
     char *data_dir;
@@ -27,6 +28,7 @@ struct config {
     uint32_t max_connections;
     uint32_t max_inflight;
     uint64_t max_inflight_bytes;
+    uint32_t nbd_loops; /* event loops serving connections; 0 = one per CPU (nbd_limits) */
     /* [store] */
     uint64_t seg_bytes;
     uint64_t block_cache_bytes;

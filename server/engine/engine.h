@@ -132,7 +132,7 @@ int engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
  * holds the chunks, the request is larger, or anything is unusual; the caller then submits
  * the read (engine_submit), whose answer, errors included, is the authoritative one.
  * Any thread; the loop thread is the one it is for. */
-#define ENGINE_NOWAIT_MAX_BYTES (64u << 10)
+#define ENGINE_NOWAIT_MAX_BYTES (1u << 20)
 int engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf);
 int engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *buf,
                  unsigned flags);

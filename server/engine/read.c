@@ -119,21 +119,28 @@ engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
     return rc;
 }
 
-/* Chunk by chunk with the store's non-blocking reads; -EAGAIN as soon as one declines. */
+/* The map entries from the location cache, the whole chunks with one batched cached read,
+ * a partial first or last chunk on its own; -EAGAIN as soon as anything declines. */
 static int
 read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t len,
                    uint8_t *buf)
 {
     const uint32_t cs = xs->rec.chunk_size;
-    const uint64_t first = off / cs, last = (off + len - 1) / cs;
+    const uint64_t first = off / cs, last = (off + len - 1) / cs, n = last - first + 1;
     uint8_t *scratch = NULL;
-    int rc = 0;
-    for (uint64_t i = first; rc == 0 && i <= last; i++) {
-        uint64_t cstart = i * cs, lo, hi;
+    uint64_t ids_small[8];
+    void *bufs_small[8];
+    uint64_t *ids = n <= 8 ? ids_small : malloc(n * sizeof(*ids));
+    void **bufs = n <= 8 ? bufs_small : malloc(n * sizeof(*bufs));
+    int rc = ids && bufs ? 0 : -EAGAIN;
+    for (uint64_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t cstart = (first + i) * cs, lo, hi;
         overlap(cstart, cs, off, len, &lo, &hi);
         uint8_t *dst = buf + (lo - off);
+        ids[i] = 0;
+        bufs[i] = dst;
         uint64_t id;
-        rc = store_map_get_cached(e->st, xs->id, i, &id);
+        rc = store_map_get_cached(e->st, xs->id, first + i, &id);
         if (rc == -ENOENT) {
             memset(dst, 0, hi - lo);
             rc = 0;
@@ -141,19 +148,29 @@ read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uin
         }
         if (rc < 0)
             break;
-        bool whole = hi - lo == cs;
-        if (!whole && !scratch && !(scratch = malloc(cs))) {
+        if (hi - lo == cs) {
+            ids[i] = id; /* below, with the other whole chunks */
+            continue;
+        }
+        if (!scratch && !(scratch = malloc(cs))) {
             rc = -EAGAIN;
             break;
         }
-        ssize_t n = store_chunk_read_cached(e->st, id, whole ? dst : scratch, cs);
-        if (n != (ssize_t) cs)
+        if (store_chunk_read_cached(e->st, id, scratch, cs) != (ssize_t) cs)
             rc = -EAGAIN; /* not cached, or unusual: engine_read sees to it */
-        else if (!whole)
+        else
             memcpy(dst, scratch + (lo - cstart), hi - lo);
     }
+    if (rc == 0 && n == 1 && ids[0] && store_chunk_read_cached(e->st, ids[0], bufs[0], cs) != cs)
+        rc = -EAGAIN; /* one chunk (a random read): no batch to set up */
+    else if (rc == 0 && n > 1)
+        rc = store_chunks_read_cached(e->st, ids, n, bufs, cs);
     free(scratch);
-    return rc;
+    if (bufs != bufs_small)
+        free(bufs);
+    if (ids != ids_small)
+        free(ids);
+    return rc < 0 ? -EAGAIN : 0;
 }
 
 int

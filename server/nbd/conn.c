@@ -11,10 +11,13 @@
  * is forced (server stop, socket error) — every queued reply has been written. The memory
  * goes in the close callback, so an engine completion never finds a freed connection. */
 #include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dedupd/limits.h"
 #include "nbd/internal.h"
@@ -38,30 +41,31 @@ static void
 on_closed(uv_handle_t *h)
 {
     struct nbd_conn *c = h->data;
-    struct nbd_server *srv = c->srv;
+    struct nbd_loop *lp = c->lp;
     if (--c->open_handles > 0)
         return;
     if (c->listed) {
         if (c->prev)
             c->prev->next = c->next;
         else
-            srv->conns = c->next;
+            lp->conns = c->next;
         if (c->next)
             c->next->prev = c->prev;
-        srv->n_conns--;
         log_debug("nbd: conn %" PRIu64 " (%s): closed", c->id, c->peer);
     }
     /* Only a WRITE whose payload was still arriving can be left: it never reached the
      * engine, and every reply write has completed or been cancelled by uv_close. */
     while (c->reqs)
         nbd__req_free(c->reqs);
-    if (srv->n_conns == 0)
-        bufpool_trim(srv->bufs); /* nobody to reuse them soon: give the memory back */
+    if (c->listed)
+        nbd__loop_count(lp, -1);
+    if (!lp->conns)
+        bufpool_trim(lp->bufs); /* nobody to reuse them soon: give the memory back */
     engine_export_close(c->ex);
     free(c->inbuf);
     free(c->opt_buf);
     free(c);
-    nbd__server_conn_gone(srv);
+    nbd__loop_conn_gone(lp);
 }
 
 /* Closes the handle if nothing needs the connection any more. */
@@ -410,7 +414,7 @@ nbd__req_free(struct nbd_req *req)
         c->reads_held--;
         c->read_held_bytes -= req->bytes;
     }
-    bufpool_put(c->srv->bufs, req->buf, req->buf_len);
+    bufpool_put(c->lp->bufs, req->buf, req->buf_len);
     free(req->out);
     free(req->bufs);
     free(req->ext);
@@ -442,20 +446,19 @@ nbd__conn_handshake_done(struct nbd_conn *c)
 static int
 conn_start(struct nbd_conn *c)
 {
-    struct nbd_server *srv = c->srv;
+    struct nbd_loop *lp = c->lp;
     /* A connection that never finishes negotiating would hold a max_connections slot
      * forever. */
-    uv_timer_init(srv->loop, &c->hs_timer);
+    uv_timer_init(lp->loop, &c->hs_timer);
     c->hs_timer.data = c;
     c->open_handles = 2;
-    uv_timer_start(&c->hs_timer, on_timer, srv->limits.handshake_timeout_ms, 0);
-    c->id = ++srv->next_conn_id;
-    c->next = srv->conns;
-    if (srv->conns)
-        srv->conns->prev = c;
-    srv->conns = c;
-    srv->n_conns++;
-    c->listed = true;
+    uv_timer_start(&c->hs_timer, on_timer, c->srv->limits.handshake_timeout_ms, 0);
+    c->id = atomic_fetch_add(&c->srv->next_conn_id, 1) + 1;
+    c->next = lp->conns;
+    if (lp->conns)
+        lp->conns->prev = c;
+    lp->conns = c;
+    c->listed = true; /* counted by whoever accepted it */
     log_debug("nbd: conn %" PRIu64 " (%s): connected", c->id, c->peer);
     int rc = nbd__hs_start(c);
     if (rc == 0)
@@ -464,12 +467,13 @@ conn_start(struct nbd_conn *c)
 }
 
 static struct nbd_conn *
-conn_new(struct nbd_server *srv)
+conn_new(struct nbd_loop *lp)
 {
     struct nbd_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->srv = srv;
+    c->srv = lp->srv;
+    c->lp = lp;
     c->inbuf = malloc(NBD_INBUF_SIZE);
     if (!c->inbuf) {
         free(c);
@@ -483,24 +487,20 @@ static void
 on_refused_closed(uv_handle_t *h)
 {
     struct nbd_conn *c = h->data;
-    struct nbd_server *srv = c->srv;
+    struct nbd_loop *lp = c->lp;
     free(c->inbuf);
     free(c);
-    nbd__server_conn_gone(srv);
+    nbd__loop_conn_gone(lp);
 }
 
 static void
-peer_name(struct nbd_conn *c, bool is_tcp)
+peer_name_of(const uv_tcp_t *h, char *out, size_t cap)
 {
-    if (!is_tcp) {
-        snprintf(c->peer, sizeof(c->peer), "unix");
-        return;
-    }
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     char host[INET6_ADDRSTRLEN] = "?";
     int port = 0;
-    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *) &ss, &len) == 0) {
+    if (uv_tcp_getpeername(h, (struct sockaddr *) &ss, &len) == 0) {
         if (ss.ss_family == AF_INET6) {
             struct sockaddr_in6 *a = (struct sockaddr_in6 *) &ss;
             uv_ip6_name(a, host, sizeof(host));
@@ -511,7 +511,16 @@ peer_name(struct nbd_conn *c, bool is_tcp)
             port = ntohs(a->sin_port);
         }
     }
-    snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
+    snprintf(out, cap, "%s:%d", host, port);
+}
+
+static void
+peer_name(struct nbd_conn *c, bool is_tcp)
+{
+    if (is_tcp)
+        peer_name_of(&c->h.tcp, c->peer, sizeof(c->peer));
+    else
+        snprintf(c->peer, sizeof(c->peer), "unix");
 }
 
 /* A flood of refused connections must not flood the log: one line a second at most. */
@@ -526,64 +535,154 @@ log_refusal(struct nbd_server *srv, const char *peer)
     }
     log_warn("nbd: connection from %s refused: %" PRIu32 " connections open (max_connections)"
              "; %" PRIu64 " more refused since the last message",
-             peer, srv->n_conns, srv->refused_unlogged);
+             peer, atomic_load(&srv->n_conns), srv->refused_unlogged);
     srv->refused_logged_at_ms = now ? now : 1;
     srv->refused_unlogged = 0;
 }
 
-int
-nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp)
+static void
+tune(struct nbd_conn *c, bool is_tcp)
 {
-    struct nbd_conn *c = conn_new(srv);
-    if (!c) {
-        log_err("nbd: out of memory accepting a connection");
-        return -ENOMEM;
-    }
-    int rc = is_tcp ? uv_tcp_init(srv->loop, &c->h.tcp) : uv_pipe_init(srv->loop, &c->h.pipe, 0);
-    if (rc < 0) {
-        free(c->inbuf);
-        free(c);
-        return rc;
-    }
-    c->h.tcp.data = c;
-    srv->pending_closes++;
-    rc = uv_accept(listener, stream(c));
-    if (rc == 0)
-        peer_name(c, is_tcp);
-    if (rc < 0 || srv->stopping || srv->n_conns >= srv->limits.max_connections) {
-        if (rc == 0 && !srv->stopping)
-            log_refusal(srv, c->peer);
-        uv_close((uv_handle_t *) &c->h, on_refused_closed);
-        return rc;
-    }
     if (is_tcp) {
         uv_tcp_nodelay(&c->h.tcp, 1);
         /* A client that vanished without a FIN (power loss, cable) would otherwise keep
          * its connection, export handle and buffers until the server stops. */
         uv_tcp_keepalive(&c->h.tcp, 1, 60);
     }
+}
+
+static void
+on_accept_closed(uv_handle_t *h)
+{
+    struct nbd_server *srv = h->data;
+    free(h);
+    srv->pending_accepts--;
+    nbd__server_check_done(srv);
+}
+
+/* Loop threads serve the connections: the socket is accepted here into a handle of the
+ * caller's loop, and a duplicate of its fd goes to the least busy loop thread (a handle
+ * belongs to the loop it was made on). */
+static int
+accept_for_thread(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp)
+{
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } *h = malloc(sizeof(*h));
+    if (!h) {
+        log_err("nbd: out of memory accepting a connection");
+        return -ENOMEM;
+    }
+    int rc = is_tcp ? uv_tcp_init(srv->loop, &h->tcp) : uv_pipe_init(srv->loop, &h->pipe, 0);
+    if (rc < 0) {
+        free(h);
+        return rc;
+    }
+    h->tcp.data = srv;
+    srv->pending_accepts++;
+    rc = uv_accept(listener, (uv_stream_t *) h);
+    int fd = -1;
+    uv_os_fd_t ufd;
+    if (rc == 0 && !srv->stopping && atomic_load(&srv->n_conns) < srv->limits.max_connections) {
+        rc = uv_fileno((uv_handle_t *) h, &ufd);
+        if (rc == 0 && (fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0)) < 0)
+            rc = -errno;
+    } else if (rc == 0 && !srv->stopping) {
+        char peer[64] = "unix";
+        if (is_tcp)
+            peer_name_of(&h->tcp, peer, sizeof(peer));
+        log_refusal(srv, peer);
+    }
+    uv_close((uv_handle_t *) h, on_accept_closed);
+    if (fd >= 0)
+        nbd__loops_hand(srv, fd, is_tcp);
+    return rc;
+}
+
+int
+nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp)
+{
+    if (srv->n_threads > 0)
+        return accept_for_thread(srv, listener, is_tcp);
+    struct nbd_loop *lp = &srv->main;
+    struct nbd_conn *c = conn_new(lp);
+    if (!c) {
+        log_err("nbd: out of memory accepting a connection");
+        return -ENOMEM;
+    }
+    int rc = is_tcp ? uv_tcp_init(lp->loop, &c->h.tcp) : uv_pipe_init(lp->loop, &c->h.pipe, 0);
+    if (rc < 0) {
+        free(c->inbuf);
+        free(c);
+        return rc;
+    }
+    c->h.tcp.data = c;
+    lp->pending_closes++;
+    rc = uv_accept(listener, stream(c));
+    if (rc == 0)
+        peer_name(c, is_tcp);
+    if (rc < 0 || srv->stopping || atomic_load(&srv->n_conns) >= srv->limits.max_connections) {
+        if (rc == 0 && !srv->stopping)
+            log_refusal(srv, c->peer);
+        uv_close((uv_handle_t *) &c->h, on_refused_closed);
+        return rc;
+    }
+    tune(c, is_tcp);
+    nbd__loop_count(lp, 1);
+    return conn_start(c);
+}
+
+int
+nbd__conn_open(struct nbd_loop *lp, int fd, bool is_tcp)
+{
+    struct nbd_conn *c = conn_new(lp);
+    int rc = -ENOMEM;
+    if (c)
+        rc = is_tcp ? uv_tcp_init(lp->loop, &c->h.tcp) : uv_pipe_init(lp->loop, &c->h.pipe, 0);
+    if (rc < 0) {
+        if (c)
+            free(c->inbuf);
+        free(c);
+        close(fd);
+        nbd__loop_count(lp, -1);
+        return rc;
+    }
+    c->h.tcp.data = c;
+    lp->pending_closes++;
+    rc = is_tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
+    if (rc < 0) {
+        close(fd); /* not the handle's: uv_close leaves it open */
+        nbd__loop_count(lp, -1);
+        uv_close((uv_handle_t *) &c->h, on_refused_closed);
+        return rc;
+    }
+    peer_name(c, is_tcp);
+    tune(c, is_tcp);
     return conn_start(c);
 }
 
 int
 nbd__conn_adopt(struct nbd_server *srv, int fd)
 {
-    struct nbd_conn *c = conn_new(srv);
+    struct nbd_loop *lp = &srv->main;
+    struct nbd_conn *c = conn_new(lp);
     if (!c)
         return -ENOMEM;
-    int rc = uv_pipe_init(srv->loop, &c->h.pipe, 0);
+    int rc = uv_pipe_init(lp->loop, &c->h.pipe, 0);
     if (rc < 0) {
         free(c->inbuf);
         free(c);
         return rc;
     }
     c->h.pipe.data = c;
-    srv->pending_closes++;
+    lp->pending_closes++;
     rc = uv_pipe_open(&c->h.pipe, fd);
     if (rc < 0) {
         uv_close((uv_handle_t *) &c->h, on_refused_closed);
         return rc;
     }
     snprintf(c->peer, sizeof(c->peer), "fd %d", fd);
+    nbd__loop_count(lp, 1);
     return conn_start(c);
 }

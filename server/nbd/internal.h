@@ -1,10 +1,12 @@
 /* nbd/internal.h: what the files of server/nbd/ share — the server, connection and request
  * structs and the functions one file calls in another (double underscore). Not for other
  * modules; tests and the fuzz target include it to adopt a socketpair end as a connection.
- * Threads: everything here is loop thread only. */
+ * Threads: a connection and its requests belong to one loop's thread (struct nbd_loop);
+ * the server object to the caller's loop thread, except what is marked atomic. */
 #ifndef DD_NBD_INTERNAL_H
 #define DD_NBD_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,21 +31,56 @@ struct nbd_listener {
     struct nbd_listener *next;
 };
 
-struct nbd_server {
+/* An accepted socket on its way from the listener's loop to a connection loop. */
+struct nbd_handoff {
+    int fd;
+    bool is_tcp;
+    struct nbd_handoff *next;
+};
+
+/* One event loop serving connections: the caller's loop (srv->main: adopted sockets, and
+ * every connection when the server runs one loop), or one of srv->threads, each with its
+ * own loop run by its own thread (loops.c). Its connections, buffers and handles are
+ * touched only by that thread; the inbox is guarded by mu, n_conns is atomic. */
+struct nbd_loop {
+    struct nbd_server *srv;
     uv_loop_t *loop;
+    struct bufpool *bufs;     /* READ and WRITE payload buffers, reused */
+    struct nbd_conn *conns;   /* doubly linked through conn->prev/next */
+    unsigned pending_closes;  /* connection handles of this loop not yet closed */
+    _Atomic uint32_t n_conns; /* counted from accept on: picks the least busy loop */
+    uint32_t nowait_max;      /* reads up to this size are tried on the loop itself */
+    /* threaded loops only */
+    uv_loop_t own;
+    uv_thread_t thread;
+    uv_async_t wake; /* new sockets in the inbox, or stop */
+    uv_mutex_t mu;
+    struct nbd_handoff *inbox; /* mu */
+    bool stop;                 /* mu: the server is stopping */
+    bool stopping;             /* loop thread: its connections were told to stop */
+    _Atomic bool exited;       /* the thread is done; the reaper joins it */
+    bool joined;               /* listener's loop thread */
+};
+
+struct nbd_server {
+    uv_loop_t *loop; /* the caller's: listeners, accepting, the stop sequence */
     struct engine *engine;
     struct nbd_limits limits; /* defaults filled in */
     struct nbd_listener *listeners;
-    struct nbd_conn *conns; /* doubly linked through conn->prev/next */
-    struct bufpool *bufs;   /* READ and WRITE payload buffers, reused (loop thread only) */
-    uint32_t n_conns;
-    uint64_t next_conn_id;
+    struct nbd_loop main;     /* connections on the caller's loop */
+    struct nbd_loop *threads; /* n_threads loops with a thread each (none: all on main) */
+    unsigned n_threads;
+    unsigned threads_running; /* not yet joined */
+    uv_async_t reaper;        /* a loop thread exited: join it */
+    bool reaper_open;
+    _Atomic uint32_t n_conns; /* every loop's, counted from accept on */
+    _Atomic uint64_t next_conn_id;
     uint64_t refused;              /* connections closed at accept because of max_connections */
     uint64_t refused_logged_at_ms; /* refusals are logged at most once a second */
     uint64_t refused_unlogged;
     bool stopping;
-    unsigned open_listeners; /* listener handles not yet closed */
-    unsigned pending_closes; /* connection handles not yet closed (refused ones too) */
+    unsigned open_listeners;  /* listener handles not yet closed */
+    unsigned pending_accepts; /* accepted handles on the caller's loop not yet closed */
     void (*stop_done)(void *arg);
     void *stop_arg;
 };
@@ -70,6 +107,14 @@ enum nbd_conn_state {
 /* Stop reading while this much option-reply data waits to be sent (a client that sends
  * LIST forever without reading must not grow our memory). */
 #define NBD_HANDSHAKE_WQ_MAX (1u << 20)
+/* Reads of cached data up to this size are answered by the caller's loop itself when it
+ * serves the connections alone; larger ones go to the workers, or its one core would copy
+ * every byte of a sequential read (docs/benchmarks.md, item 14). Loop threads, one per
+ * CPU, answer cached reads of any size engine_read_nowait takes. */
+#define NBD_NOWAIT_MAX_MAIN (64u << 10)
+/* Connection loops when nbd_limits.loops is 0: one per CPU, up to this many. */
+#define NBD_LOOPS_DEFAULT_MAX 4
+
 /* Input buffer: one read() worth; headers and small payloads are copied out of it (large
  * payloads mostly bypass it: NBD_DIRECT_MIN). */
 #define NBD_INBUF_SIZE (64u << 10)
@@ -109,7 +154,7 @@ struct nbd_req {
     uint16_t type;
     uint16_t flags;
     uint8_t *buf;              /* WRITE payload / READ data (len bytes), or NULL */
-    size_t buf_len;            /* what buf was taken from srv->bufs for */
+    size_t buf_len;            /* what buf was taken from conn->lp->bufs for */
     uint64_t bytes;            /* counted in conn->inflight_bytes */
     bool read_held;            /* a read buffer counted in conn->read_held_bytes */
     struct nbd_req *park_next; /* conn->parked */
@@ -126,6 +171,7 @@ struct nbd_req {
 
 struct nbd_conn {
     struct nbd_server *srv;
+    struct nbd_loop *lp; /* the loop serving it */
     struct nbd_conn *prev, *next;
     uint64_t id;
     char peer[64];
@@ -179,12 +225,34 @@ struct nbd_conn {
 };
 
 /* server.c */
-/* A connection handle finished closing. */
-void nbd__server_conn_gone(struct nbd_server *srv);
+/* Something the caller's loop waits for at stop closed: finishes the stop when it was the
+ * last. */
+void nbd__server_check_done(struct nbd_server *srv);
+
+/* loops.c */
+/* Starts n loop threads (n >= 2). 0 or -errno (those started are stopped by
+ * nbd__loops_stop). */
+int nbd__loops_start(struct nbd_server *srv, unsigned n);
+/* Hands an accepted socket (ours to close) to the least busy loop thread. */
+void nbd__loops_hand(struct nbd_server *srv, int fd, bool is_tcp);
+/* Tells every loop thread to stop its connections and exit (they are joined as they do). */
+void nbd__loops_stop(struct nbd_server *srv);
+/* Whether every loop thread has been joined and its resources freed. */
+bool nbd__loops_done(struct nbd_server *srv);
+/* Counts a connection in and out of lp's and the server's n_conns: from its accept (before
+ * a hand-off) to its close. Any thread. */
+void nbd__loop_count(struct nbd_loop *lp, int delta);
+/* A connection handle of lp finished closing. */
+void nbd__loop_conn_gone(struct nbd_loop *lp);
 
 /* conn.c */
+/* Accepts from listener: served on the caller's loop, or handed to a loop thread. */
 int nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp);
-/* Wraps an already-connected stream socket fd (tests, fuzzing). 0 or -errno. */
+/* Serves an accepted socket fd on lp (lp's thread; the connection is already counted in
+ * n_conns). 0 or -errno (fd closed and uncounted then). */
+int nbd__conn_open(struct nbd_loop *lp, int fd, bool is_tcp);
+/* Wraps an already-connected stream socket fd on the caller's loop (tests, fuzzing). 0 or
+ * -errno. */
 int nbd__conn_adopt(struct nbd_server *srv, int fd);
 /* The handshake is over (transmission starts): its time-out no longer applies. */
 void nbd__conn_handshake_done(struct nbd_conn *c);

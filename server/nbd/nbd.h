@@ -2,7 +2,8 @@
  * phase with structured replies and meta contexts. Parses every byte from the network and
  * turns requests into engine_submit() calls; replies go out as they complete.
  * Owns: listening sockets, connections and their buffers.
- * Threads: loop thread only. */
+ * Threads: the functions below are for the caller's loop thread; connections may be served
+ * by loop threads of the server's own (nbd_limits.loops). */
 #ifndef DD_NBD_NBD_H
 #define DD_NBD_NBD_H
 
@@ -20,6 +21,10 @@ struct nbd_limits {
     uint32_t handshake_timeout_ms; /* a client still negotiating after this is dropped, and
                                       so is one that stopped sending but does not read its
                                       last replies; 0 = 30 s */
+    uint32_t loops;                /* event loops serving connections: 1 = the caller's loop;
+                                      n >= 2 = n threads, each with its own loop, so that
+                                      cached reads are answered on several cores without a
+                                      hand-off to the workers; 0 = one per CPU, at most 4 */
 };
 
 /* Starts listening on each address ("HOST:PORT", "[V6]:PORT" or "unix:PATH"); limits may

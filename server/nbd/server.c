@@ -16,25 +16,19 @@
 #include "util/log.h"
 #include "util/unixsock.h"
 
-static void
-finish_if_done(struct nbd_server *srv)
+void
+nbd__server_check_done(struct nbd_server *srv)
 {
-    if (!srv->stopping || srv->open_listeners > 0 || srv->pending_closes > 0)
+    if (!srv->stopping || srv->open_listeners > 0 || srv->pending_accepts > 0 ||
+        srv->main.pending_closes > 0 || !nbd__loops_done(srv))
         return;
     void (*done)(void *) = srv->stop_done;
     void *arg = srv->stop_arg;
-    bufpool_destroy(srv->bufs);
+    bufpool_destroy(srv->main.bufs);
     free(srv);
     log_debug("nbd: server stopped");
     if (done)
         done(arg);
-}
-
-void
-nbd__server_conn_gone(struct nbd_server *srv)
-{
-    srv->pending_closes--;
-    finish_if_done(srv);
 }
 
 static void
@@ -65,7 +59,7 @@ on_listener_closed(uv_handle_t *h)
     struct nbd_server *srv = l->srv;
     free_listener(l);
     srv->open_listeners--;
-    finish_if_done(srv);
+    nbd__server_check_done(srv);
 }
 
 static int
@@ -187,8 +181,11 @@ nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *list
         return -ENOMEM;
     srv->loop = loop;
     srv->engine = engine;
-    srv->bufs = bufpool_new(NBD_BUFPOOL_IDLE_MAX);
-    if (!srv->bufs) {
+    srv->main.srv = srv;
+    srv->main.loop = loop;
+    srv->main.nowait_max = NBD_NOWAIT_MAX_MAIN;
+    srv->main.bufs = bufpool_new(NBD_BUFPOOL_IDLE_MAX);
+    if (!srv->main.bufs) {
         free(srv);
         return -ENOMEM;
     }
@@ -202,8 +199,20 @@ nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *list
         srv->limits.max_inflight_bytes = 128ull << 20;
     if (srv->limits.handshake_timeout_ms == 0)
         srv->limits.handshake_timeout_ms = 30000;
+    if (srv->limits.loops == 0) {
+        unsigned cpus = uv_available_parallelism();
+        srv->limits.loops = cpus < NBD_LOOPS_DEFAULT_MAX ? cpus : NBD_LOOPS_DEFAULT_MAX;
+    }
 
     int rc = 0;
+    /* Loop threads serve accepted sockets only: a server without listeners (tests,
+     * fuzzing) serves what it adopts on the caller's loop. */
+    if (n_listen > 0 && srv->limits.loops >= 2) {
+        rc = nbd__loops_start(srv, srv->limits.loops);
+        if (rc < 0)
+            log_err("nbd: cannot start %u connection loops: %s", srv->limits.loops,
+                    uv_strerror(rc));
+    }
     for (size_t i = 0; i < n_listen && rc == 0; i++) {
         struct nbd_listener *l = calloc(1, sizeof(*l));
         if (!l || !(l->addr = strdup(listen[i]))) {
@@ -244,18 +253,19 @@ nbd_server_stop(struct nbd_server *srv, void (*done)(void *arg), void *arg)
     srv->stop_arg = arg;
     close_listeners(srv);
     /* Connections finish their in-flight requests, then close; the server is freed when
-     * the last handle is gone. pending_closes keeps finish_if_done() from running inside
-     * this loop. */
-    srv->pending_closes++;
-    for (struct nbd_conn *c = srv->conns, *next; c; c = next) {
+     * the last handle is gone and every loop thread has been joined. The extra pending
+     * close keeps nbd__server_check_done() from freeing it inside this function. */
+    srv->main.pending_closes++;
+    nbd__loops_stop(srv);
+    for (struct nbd_conn *c = srv->main.conns, *next; c; c = next) {
         next = c->next;
         nbd__conn_stop(c, NULL, true);
     }
-    nbd__server_conn_gone(srv);
+    nbd__loop_conn_gone(&srv->main);
 }
 
 uint32_t
 nbd_server_connections(const struct nbd_server *srv)
 {
-    return srv ? srv->n_conns : 0;
+    return srv ? atomic_load(&srv->n_conns) : 0;
 }

@@ -64,7 +64,7 @@ nbd__tx_flush_writes(struct nbd_conn *c)
     struct engine_req *ers[NBD_WBATCH_MAX];
     for (unsigned i = 0; i < n; i++)
         ers[i] = &c->wbatch[i]->er;
-    int rc = engine_submit_writes(c->srv->loop, ers, n);
+    int rc = engine_submit_writes(c->lp->loop, ers, n);
     if (rc == 0)
         return;
     log_warn("nbd: conn %" PRIu64 " (%s): cannot submit %u writes: %s", c->id, c->peer, n,
@@ -96,7 +96,7 @@ start(struct nbd_conn *c, struct nbd_req *req)
          * engine's read path (and its block cache) is all it promises. */
         if (req->type == NBD_CMD_CACHE && req->len > DEDUPD_NBD_MAX_PAYLOAD)
             er->len = DEDUPD_NBD_MAX_PAYLOAD;
-        req->buf = bufpool_get(c->srv->bufs, er->len);
+        req->buf = bufpool_get(c->lp->bufs, er->len);
         req->buf_len = er->len;
         if (!req->buf) {
             nbd__reply(req, -ENOMEM);
@@ -111,7 +111,7 @@ start(struct nbd_conn *c, struct nbd_req *req)
         er->buf = req->buf;
         /* A small read of cached data is answered here: handing it to a worker and back
          * costs more than the read. -EAGAIN: the worker does it (and reports any error). */
-        if (req->type == NBD_CMD_READ &&
+        if (req->type == NBD_CMD_READ && er->len <= c->lp->nowait_max &&
             engine_read_nowait(c->ex, req->off, (uint32_t) er->len, req->buf) == 0) {
             nbd__reply(req, 0);
             return;
@@ -161,7 +161,7 @@ start(struct nbd_conn *c, struct nbd_req *req)
             nbd__tx_flush_writes(c);
         return;
     }
-    int rc = engine_submit(c->srv->loop, er);
+    int rc = engine_submit(c->lp->loop, er);
     if (rc < 0) {
         c->engine_pending--;
         log_warn("nbd: conn %" PRIu64 " (%s): %s: cannot submit: %s", c->id, c->peer,
@@ -320,7 +320,7 @@ nbd__tx_req_hdr(struct nbd_conn *c)
     }
     c->cur = req;
     if (req->err == 0 && len > 0) {
-        req->buf = bufpool_get(c->srv->bufs, len);
+        req->buf = bufpool_get(c->lp->bufs, len);
         req->buf_len = len;
         if (!req->buf) {
             req->err = -ENOMEM;

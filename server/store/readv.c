@@ -7,7 +7,9 @@
  * buffers. Every record is checked as store_chunk_read checks it (header, id, length,
  * CRC: invariant 5). Anything unusual — an entry not found by the pass, a segment gone
  * to compaction, a short read — falls back to store_chunk_read for that chunk, which
- * knows how to retry. Knows nothing of exports or hashing. */
+ * knows how to retry. store_chunks_read_cached does the same for the event loop with
+ * cached locations and reads that never wait, and gives up (-EAGAIN) instead of falling
+ * back. Knows nothing of exports or hashing. */
 #include "store/internal.h"
 
 #include <errno.h>
@@ -85,12 +87,13 @@ adjacent(const struct meta_chunk_rec *p, const struct meta_chunk_rec *r)
     return p->seg == r->seg && p->off + store_record_len(p->stored_len) == r->off;
 }
 
-/* Reads records [a, b) of one run (all ok, raw, len bytes) with one preadv and checks
- * them; a record that does not check out is marked !ok for the fallback. */
+/* Reads records [a, b) of one run (all ok, raw, len bytes) with one preadv (one that does
+ * not wait for the disk when nowait) and checks them; a record that does not check out is
+ * marked !ok for the fallback. */
 static void
 read_run(struct store *st, const uint64_t *ids, void *const *bufs, uint32_t len,
          const struct meta_chunk_rec *recs, bool *ok, size_t a, size_t b, uint8_t *hdrs,
-         struct iovec *iov)
+         struct iovec *iov, bool nowait)
 {
     struct store_seg *sg = store__seg_get(st, recs[a].seg);
     if (!sg) {
@@ -104,9 +107,12 @@ read_run(struct store *st, const uint64_t *ids, void *const *bufs, uint32_t len,
         iov[2 * (i - a) + 1] = (struct iovec){bufs[i], len};
     }
     ssize_t got;
-    do
-        got = store__io->preadv(sg->fd, iov, (int) (2 * (b - a)), recs[a].off);
-    while (got == -EINTR);
+    if (nowait)
+        got = store__io->preadv_nowait(sg->fd, iov, (int) (2 * (b - a)), recs[a].off);
+    else
+        do
+            got = store__io->preadv(sg->fd, iov, (int) (2 * (b - a)), recs[a].off);
+        while (got == -EINTR);
     store__seg_put(st, sg);
     for (size_t i = a; i < b; i++) {
         size_t end = (i - a + 1) * (STORE_RECORD_HDR_LEN + len);
@@ -120,9 +126,14 @@ read_run(struct store *st, const uint64_t *ids, void *const *bufs, uint32_t len,
     }
 }
 
-int
-store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, uint32_t len)
+/* store_chunks_read, and with nowait its non-blocking twin: locations from the cache
+ * only, reads that do not wait, -EAGAIN instead of any fallback. */
+static int
+chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, uint32_t len,
+            bool nowait)
 {
+    if (nowait && (!store__io->preadv_nowait || !st->loc))
+        return -EAGAIN;
     size_t k = 0;
     uint64_t lo = UINT64_MAX, hi = 0;
     for (size_t i = 0; i < n; i++) {
@@ -140,7 +151,7 @@ store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *
     size_t sz_h = run_cap * STORE_RECORD_HDR_LEN;
     uint8_t *mem = malloc(sz_r + sz_it + sz_iov + sz_h + sz_ok);
     if (!mem)
-        return -ENOMEM;
+        return nowait ? -EAGAIN : -ENOMEM;
     struct meta_chunk_rec *recs = (struct meta_chunk_rec *) mem;
     struct rv_item *items = (struct rv_item *) (mem + sz_r);
     struct iovec *iov = (struct iovec *) (mem + sz_r + sz_it);
@@ -169,6 +180,10 @@ store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *
         lo = ids[i] < lo ? ids[i] : lo;
         hi = ids[i] > hi ? ids[i] : hi;
     }
+    if (nowait && k > 0) {
+        free(mem);
+        return -EAGAIN;
+    }
     /* An iterator pays for itself only over a dense range of ids; scattered ids (random
      * writes, shared chunks) are left to store_chunk_read's point reads. */
     if (k >= 4 && hi - lo < 4 * (uint64_t) k)
@@ -186,12 +201,16 @@ store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *
                recs[b].raw_len == len && recs[b].stored_len == len &&
                adjacent(&recs[b - 1], &recs[b]))
             b++;
-        read_run(st, ids, bufs, len, recs, ok, i, b, hdrs, iov);
+        read_run(st, ids, bufs, len, recs, ok, i, b, hdrs, iov, nowait);
         i = b;
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (!ids[i] || ok[i])
             continue;
+        if (nowait) {
+            rc = -EAGAIN; /* the blocking call re-reads it and reports what is wrong */
+            break;
+        }
         ssize_t got = store_chunk_read(st, ids[i], bufs[i], len);
         if (got < 0) {
             rc = (int) got; /* logged by store_chunk_read */
@@ -203,4 +222,17 @@ store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *
     }
     free(mem);
     return rc;
+}
+
+int
+store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, uint32_t len)
+{
+    return chunks_read(st, ids, n, bufs, len, false);
+}
+
+int
+store_chunks_read_cached(struct store *st, const uint64_t *ids, size_t n, void *const *bufs,
+                         uint32_t len)
+{
+    return chunks_read(st, ids, n, bufs, len, true);
 }

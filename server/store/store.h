@@ -97,6 +97,10 @@ int store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, ui
 int store_map_get_cached(struct store *st, uint32_t export_id, uint64_t chunk_idx,
                          uint64_t *chunk_id);
 ssize_t store_chunk_read_cached(struct store *st, uint64_t chunk_id, void *buf, size_t cap);
+/* ... and of store_chunks_read: every location from the location cache, each run of
+ * adjacent records with one read from the page cache; 0 or -EAGAIN. */
+int store_chunks_read_cached(struct store *st, const uint64_t *ids, size_t n, void *const *bufs,
+                             uint32_t len);
 /* Calls fn for each mapped chunk index in [first, first + count) in ascending order; stops
  * early and returns fn's value if fn returns non-zero. 0 or -errno. */
 int store_map_scan(struct store *st, uint32_t export_id, uint64_t first, uint64_t count,

@@ -48,6 +48,7 @@ Test(config, defaults)
     cr_assert_str_eq(c.default_export, "default");
     cr_assert_eq(c.default_export_size, 16ULL << 30);
     cr_assert(c.background_compaction);
+    cr_assert_eq(c.nbd_loops, 0, "one loop per CPU unless set");
     config_free(&c);
 }
 
@@ -62,7 +63,9 @@ Test(config, file_then_command_line_wins)
                            "segment_size = 64M\n"
                            "compact_live_ratio = 0.25\n"
                            "[export]\n"
-                           "default_size = 1G\n");
+                           "default_size = 1G\n"
+                           "[nbd]\n"
+                           "loops = 3\n");
     char *argv[] = {"dedupd", "-c", path, "-d", "/srv/b", "--segment-size", "32M", NULL};
     struct config c;
     cr_assert_eq(config_load(&c, 7, argv, devnull), 0);
@@ -73,6 +76,7 @@ Test(config, file_then_command_line_wins)
     cr_assert_eq(c.seg_bytes, 32ULL << 20);
     cr_assert_float_eq(c.compact_live_ratio, 0.25, 1e-9);
     cr_assert_eq(c.default_export_size, 1ULL << 30);
+    cr_assert_eq(c.nbd_loops, 3);
     cr_assert_str_eq(c.control_path, "/srv/b/ctl.sock", "control socket follows the data dir");
     config_free(&c);
     unlink(path);
@@ -119,6 +123,14 @@ Test(config, bad_file_values_and_unknown_keys)
     cr_assert_eq(config_load(&c, 3, a2, devnull), -EINVAL);
     char *a3[] = {"dedupd", "-c", "/nonexistent/dedupd.ini", NULL};
     cr_assert_eq(config_load(&c, 3, a3, devnull), -EIO);
+    const char *bad_loops[] = {"[nbd]\nloops = 0\n", "[nbd]\nloops = 65\n", "[nbd]\nloops = two\n"};
+    for (size_t i = 0; i < sizeof(bad_loops) / sizeof(bad_loops[0]); i++) {
+        char *p = write_ini(bad_loops[i]);
+        char *a[] = {"dedupd", "-c", p, NULL};
+        cr_assert_eq(config_load(&c, 3, a, devnull), -EINVAL, "%s", bad_loops[i]);
+        unlink(p);
+        free(p);
+    }
     unlink(p1);
     unlink(p2);
     free(p1);

@@ -120,6 +120,19 @@ Test(submit, read_nowait_answers_cached_reads_and_declines_the_rest)
     memset(got, 0, sizeof(got));
     cr_assert_eq(engine_read_nowait(f.ex, CS - 100, CS + 200, got), 0);
     cr_assert(!memcmp(got, data + CS - 100, CS + 200));
+    /* Many chunks: a partial first and last chunk, whole ones, and holes between (chunks 4
+     * and 5), as engine_read answers it. */
+    struct engine_req w6 = {
+        .op = ENGINE_OP_WRITE, .ex = f.ex, .off = 6 * CS, .len = CS, .buf = data + CS};
+    cr_assert_eq(run(&loop, &w6, &c), 0);
+    static uint8_t many[7 * CS], want[7 * CS];
+    memset(many, 0xAA, sizeof(many));
+    cr_assert_eq(engine_read_nowait(f.ex, CS / 2, 6 * CS, many), 0);
+    cr_assert_eq(engine_read(f.ex, CS / 2, 6 * CS, want), 0);
+    cr_assert(!memcmp(many, want, 6 * CS));
+    cr_assert(!memcmp(many, data + CS / 2, 3 * CS + CS / 2), "chunks 0-3");
+    for (size_t i = 3 * CS + CS / 2; i < 5 * CS + CS / 2; i++)
+        cr_assert_eq(many[i], 0, "byte %zu of the hole", i);
 
     /* Declined: out of range, empty, larger than the limit. */
     cr_assert_eq(engine_read_nowait(f.ex, FX_SIZE - CS, 2 * CS, got), -EAGAIN);

@@ -91,29 +91,35 @@ Test(server, stale_unix_socket_is_replaced_live_one_refused)
     h_stop(&h);
 }
 
+/* On the main loop alone and on connection loop threads (counted across loops). */
 Test(server, max_connections_refuses_then_recovers)
 {
-    struct nbd_limits lim = {.max_connections = 3};
-    h_start(&h, &lim, true);
-    int fds[3];
-    for (int i = 0; i < 3; i++) {
-        fds[i] = h_connect_unix(&h);
+    const uint32_t loops[] = {1, 3};
+    for (size_t k = 0; k < sizeof(loops) / sizeof(loops[0]); k++) {
+        struct nbd_limits lim = {.max_connections = 3, .loops = loops[k]};
+        h_start(&h, &lim, true);
+        int fds[3];
+        for (int i = 0; i < 3; i++) {
+            fds[i] = h_connect_unix(&h);
+            struct nbd_greeting g;
+            cr_assert(cl_recv(fds[i], &g, sizeof(g)), "loops %u: connection %d has no greeting",
+                      loops[k], i);
+        }
+        int extra = h_connect_unix(&h);
+        cr_assert(cl_closed(extra), "loops %u: a fourth connection was served", loops[k]);
+        close(extra);
+        close(fds[0]);
+        for (int i = 0; i < 200 && h_connections(&h) > 2; i++)
+            usleep(10000);
+        int again = h_connect_unix(&h);
         struct nbd_greeting g;
-        cr_assert(cl_recv(fds[i], &g, sizeof(g)), "connection %d has no greeting", i);
+        cr_assert(cl_recv(again, &g, sizeof(g)), "loops %u: no greeting after a slot was freed",
+                  loops[k]);
+        close(again);
+        close(fds[1]);
+        close(fds[2]);
+        h_stop(&h);
     }
-    int extra = h_connect_unix(&h);
-    cr_assert(cl_closed(extra), "a fourth connection was served");
-    close(extra);
-    close(fds[0]);
-    for (int i = 0; i < 200 && h_connections(&h) > 2; i++)
-        usleep(10000);
-    int again = h_connect_unix(&h);
-    struct nbd_greeting g;
-    cr_assert(cl_recv(again, &g, sizeof(g)), "no greeting after a slot was freed");
-    close(again);
-    close(fds[1]);
-    close(fds[2]);
-    h_stop(&h);
 }
 
 static void

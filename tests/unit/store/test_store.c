@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "meta/keys.h"
 #include "meta/meta.h"
+#include "store/internal.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 
@@ -523,6 +524,8 @@ Test(store, map_set_known_uses_the_given_old_value_and_chunk_hold_sees_live_chun
     store_close(st);
 }
 
+/* ... and store_chunks_read_cached, from the locations the commits cached and the page
+ * cache, gives the same bytes or declines (-EAGAIN), never wrong ones. */
 Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
 {
     struct store *st = open_store(64 << 10); /* small segments: runs cross a seal */
@@ -566,10 +569,24 @@ Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
         fill(want, sizeof(want), want_seed[i]);
         cr_assert_eq(memcmp(bufs[i], want, 4096), 0, "chunk %d", i);
     }
-    /* A missing chunk and a wrong length are errors, as with store_chunk_read. */
+    for (int i = 0; i < N + 3; i++)
+        memset(bufs[i], 0xee, 4096);
+    cr_assert_eq(store_chunks_read_cached(st, ids, N + 3, p, 4096), 0);
+    for (int i = 0; i < N + 3; i++) {
+        if (!ids[i]) {
+            cr_assert_eq(bufs[i][0], 0xee, "cached: a skipped id leaves its buffer alone");
+            continue;
+        }
+        fill(want, sizeof(want), want_seed[i]);
+        cr_assert_eq(memcmp(bufs[i], want, 4096), 0, "cached: chunk %d", i);
+    }
+    /* A missing chunk and a wrong length are errors, as with store_chunk_read; the cached
+     * twin leaves them to it. */
     uint64_t bad[2] = {id[1], 99999};
     cr_assert_eq(store_chunks_read(st, bad, 2, p, 4096), -ENOENT);
     cr_assert_lt(store_chunks_read(st, ids, 8, p, 2048), 0);
+    cr_assert_eq(store_chunks_read_cached(st, bad, 2, p, 4096), -EAGAIN);
+    cr_assert_eq(store_chunks_read_cached(st, ids, 8, p, 2048), -EAGAIN);
 
     /* A flipped byte in the middle of a run: -EUCLEAN, never wrong bytes. */
     struct store_chunk_info ci;
@@ -584,8 +601,14 @@ Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
     c ^= 0x01;
     cr_assert_eq(pwrite(fd, &c, 1, at), 1);
     close(fd);
+    cr_assert_eq(store_chunks_read_cached(st, id, N, p, 4096), -EAGAIN);
     cr_assert_eq(store_chunks_read(st, id, N, p, 4096), -EUCLEAN);
     cr_assert_eq(store_chunks_read(st, id, 12, p, 4096), 0); /* the ones before are fine */
+    cr_assert_eq(store_chunks_read_cached(st, id, 12, p, 4096), 0);
+
+    /* Locations not in the cache: declined. */
+    store__loc_clear(st);
+    cr_assert_eq(store_chunks_read_cached(st, id, 12, p, 4096), -EAGAIN);
     store_close(st);
 }
 
