@@ -5,7 +5,8 @@
  * Owns: the store (and through it meta), the hash index, export handles, counters.
  * Knows nothing of NBD or protobuf.
  * Threads: engine_read/write/trim/zero/flush/extents block and run on worker threads;
- * engine_submit() is the one door from the loop thread to them. Catalogue and settings
+ * engine_submit() is the one door from a loop thread (one or several loops) to them.
+ * Catalogue and settings
  * calls are any-thread but may block briefly on RocksDB (the control server runs them
  * through engine_submit_fn()). */
 #ifndef DD_ENGINE_ENGINE_H
@@ -187,7 +188,7 @@ struct engine_req {
     size_t ext_cap;
     int (*fn)(void *arg); /* FN */
     void *arg;
-    void (*done)(struct engine_req *req); /* loop thread, exactly once */
+    void (*done)(struct engine_req *req); /* the submitting loop's thread, exactly once */
     void *user;
     /* out */
     int result; /* 0, a count (EXTENTS) or -errno */
@@ -196,7 +197,8 @@ struct engine_req {
     struct engine_req *batch_next; /* engine_submit_writes: the next request of the job */
 };
 
-/* Loop thread only. Queues req on the worker pool; req->done runs on the loop thread after.
+/* From loop's thread only. Queues req on the worker pool; req->done runs on loop's thread
+ * after.
  * A negative return means done never runs. The request memory is the caller's until done. */
 int engine_submit(uv_loop_t *loop, struct engine_req *req);
 
@@ -206,7 +208,7 @@ int engine_submit(uv_loop_t *loop, struct engine_req *req);
  * write, counters, commit lock — and the hand-offs between threads once per batch instead
  * of once per request. Each request still succeeds or fails on its own (a failed group is
  * retried one request at a time), and requests on overlapping chunks still run in arrival
- * order. Every req->done runs on the loop thread, in batch order. A negative return means
+ * order. Every req->done runs on loop's thread, in batch order. A negative return means
  * no done runs. Meant for writes of at most ENGINE_BATCH_MAX_BYTES; larger ones work but
  * lose the parallelism of separate jobs. */
 #define ENGINE_BATCH_MAX       16

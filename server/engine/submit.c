@@ -1,6 +1,7 @@
-/* submit.c: engine_submit, the one door from the loop thread to the blocking engine calls:
- * uv_queue_work runs the operation on libuv's worker pool and calls req->done back on the
- * loop thread. The loop thread never blocks on disk or hashing.
+/* submit.c: engine_submit, the one door from a loop thread to the blocking engine calls:
+ * uv_queue_work runs the operation on libuv's worker pool (shared by every loop) and calls
+ * req->done back on the thread of the loop it came from. A loop thread never blocks on
+ * disk or hashing.
  * Knows nothing of what the caller does with the result. */
 #include <errno.h>
 
