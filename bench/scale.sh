@@ -12,10 +12,11 @@
 #   repeat the same measurement beyond the filled range, once the server is idle again
 #   (RocksDB flushes and compactions of the fill done; bounded wait). Reports full / empty.
 #   CHUNKS takes binary suffixes: 10M = 10485760 chunks (40 GiB of 4 KiB chunks).
-#   Both stores start their timed writes from the same page-cache state: written back
-#   and, as root, dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`): the fill leaves
+#   Every timed write starts from the same state: the server idle, the page cache written
+#   back and, as root, dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`): the fill leaves
 #   RAM full of its recently used pages, which alone cost the full store a third of its
-#   write speed (docs/benchmarks.md). --keep-page-cache skips the drop.
+#   write speed, and one GiB's dirty pages slowed the next (docs/benchmarks.md).
+#   --keep-page-cache skips the drop.
 # mem: write fresh unique data MEM-STEP at a time into one store up to MEM-TOTAL logical,
 #   sampling VmRSS, VmHWM and disk use after every step.
 # --quick: --chunks 64K --size 64M --reps 1 --mem-total 512M --mem-step 128M unless given.
@@ -84,9 +85,9 @@ trap 'exit 130' INT TERM
     echo "server $server"
     echo "parameters chunks=$chunks chunk_size=$cs_b size=$size_b reps=$reps mem_total=$mem_total_b mem_step=$mem_step_b"
     if [ "$BENCH_DROP_CACHE" -eq 1 ]; then
-        echo "page_cache synced and dropped before each store's timed writes"
+        echo "page_cache synced and dropped before each timed write"
     else
-        echo "page_cache synced (not dropped) before each store's timed writes"
+        echo "page_cache synced (not dropped) before each timed write"
     fi
 } >"$out/scale-machine.txt"
 
@@ -137,11 +138,16 @@ if [ "$only" != mem ]; then
                 { echo "scale.sh: fill failed" >&2; exit 1; }
             echo "scale.sh: filled at $v MiB/s; waiting for the server to go idle" >&2
         fi
-        srv_settle 300
-        page_cache_reset
-        n=$(dd_chunks)
-        [ -n "$n" ] || n=$([ "$store" = full ] && echo $((fill / cs_b)) || echo 0)
+        n=""
         for ((r = 1; r <= reps; r++)); do
+            # Every repetition from the same state: the server idle, the page cache written
+            # back and dropped. Back to back, the third GiB met the dirty limits the first
+            # two left and ran at half speed in both stores, so a median of three unlike
+            # writes decided the ratio (docs/benchmarks.md, "Scale").
+            srv_settle 300
+            page_cache_reset
+            [ -n "$n" ] || n=$(dd_chunks)
+            [ -n "$n" ] || n=$([ "$store" = full ] && echo $((fill / cs_b)) || echo 0)
             v=$(fio_write "$SRV_URI" $((fill + (r - 1) * size_b)) "$size_b" "$out/raw/scale-$store-$r.json") ||
                 { echo "scale.sh: $store write $r failed" >&2; exit 1; }
             echo "scale.sh: $store store ($n chunks): $v MiB/s" >&2
