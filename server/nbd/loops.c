@@ -210,7 +210,7 @@ nbd__loops_start(struct nbd_server *srv, unsigned n)
         srv->n_threads++;
         srv->threads_running++;
     }
-    log_debug("nbd: %u connection loops", n);
+    log_info("nbd: serving connections on %u event loops, one thread each", n);
     return 0;
 }
 
