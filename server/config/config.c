@@ -22,6 +22,7 @@ enum {
     OPT_DEFAULT_EXPORT,
     OPT_DEFAULT_EXPORT_SIZE,
     OPT_MAX_CONNECTIONS,
+    OPT_LOOPS,
     OPT_SEGMENT_SIZE,
     OPT_CACHE_SIZE,
     OPT_NO_COMPACTION,
@@ -37,6 +38,7 @@ static const struct option long_options[] = {
     {"default-export", required_argument, NULL, OPT_DEFAULT_EXPORT},
     {"default-export-size", required_argument, NULL, OPT_DEFAULT_EXPORT_SIZE},
     {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
+    {"loops", required_argument, NULL, OPT_LOOPS},
     {"segment-size", required_argument, NULL, OPT_SEGMENT_SIZE},
     {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
     {"no-compaction", no_argument, NULL, OPT_NO_COMPACTION},
@@ -64,6 +66,8 @@ config_usage(FILE *out, const char *prog)
             "                              'none' creates none)\n"
             "      --default-export-size SIZE  its size, thin-provisioned (default 16G)\n"
             "      --max-connections N     NBD client connections at once (default 256)\n"
+            "      --loops N               event loop threads serving NBD connections\n"
+            "                              (default one per CPU, at most 4; 1 to 64)\n"
             "      --segment-size SIZE     seal segment files at this size (default 256M)\n"
             "      --cache-size SIZE       RocksDB block cache (default 64M)\n"
             "      --no-compaction         no background compaction (dedupd-ctl gc still works)\n"
@@ -111,6 +115,16 @@ set_u32(uint32_t *dst, const char *v)
     if (errno || end == v || *end || x == 0 || x > UINT32_MAX)
         return -EINVAL;
     *dst = (uint32_t) x;
+    return 0;
+}
+
+static int
+set_loops(struct config *cfg, const char *v)
+{
+    uint32_t n;
+    if (set_u32(&n, v) < 0 || n > CONFIG_MAX_NBD_LOOPS)
+        return -EINVAL;
+    cfg->nbd_loops = n;
     return 0;
 }
 
@@ -200,13 +214,8 @@ apply_key(struct config *cfg, const char *section, const char *name, const char 
             return set_u32(&cfg->max_inflight, v);
         if (!strcmp(name, "max_inflight_bytes"))
             return set_size_min(&cfg->max_inflight_bytes, v, DEDUPD_NBD_MAX_PAYLOAD);
-        if (!strcmp(name, "loops")) {
-            uint32_t n;
-            if (set_u32(&n, v) < 0 || n > CONFIG_MAX_NBD_LOOPS)
-                return -EINVAL;
-            cfg->nbd_loops = n;
-            return 0;
-        }
+        if (!strcmp(name, "loops"))
+            return set_loops(cfg, v);
     } else if (!strcmp(section, "store")) {
         if (!strcmp(name, "segment_size"))
             return set_size_min(&cfg->seg_bytes, v, 1u << 20);
@@ -407,6 +416,10 @@ config_load(struct config *cfg, int argc, char **argv, FILE *err)
         case OPT_MAX_CONNECTIONS:
             rc = set_u32(&cfg->max_connections, v);
             what = "--max-connections";
+            break;
+        case OPT_LOOPS:
+            rc = set_loops(cfg, v);
+            what = "--loops";
             break;
         case OPT_SEGMENT_SIZE:
             rc = set_size_min(&cfg->seg_bytes, v, 1u << 20);

@@ -110,6 +110,12 @@ Test(config, usage_errors_are_einval)
     cr_assert_eq(config_load(&c, 2, a4, devnull), -EINVAL);
     char *a5[] = {"dedupd", "-d", NULL};
     cr_assert_eq(config_load(&c, 2, a5, devnull), -EINVAL);
+    char *a6[] = {"dedupd", "--loops", "0", NULL};
+    cr_assert_eq(config_load(&c, 3, a6, devnull), -EINVAL);
+    char *a7[] = {"dedupd", "--loops", "2", NULL};
+    cr_assert_eq(config_load(&c, 3, a7, devnull), 0);
+    cr_assert_eq(c.nbd_loops, 2);
+    config_free(&c);
 }
 
 Test(config, bad_file_values_and_unknown_keys)
