@@ -53,6 +53,7 @@ print_json(const Dedupd__StatusResult *s)
     json_u64(&j, "unique_chunks", s->unique_chunks);
     json_u64(&j, "exports", s->exports);
     json_u64(&j, "nbd_connections", s->nbd_connections);
+    json_u64(&j, "nbd_loops", s->nbd_loops);
     json_u64(&j, "uptime_sec", s->uptime_sec);
     json_str(&j, "version", s->version);
     json_u64(&j, "protocol", s->protocol);
@@ -87,7 +88,10 @@ print_table(const Dedupd__StatusResult *s)
     printf("  rocksdb index on disk (est.):   %s (%" PRIu64 " unique chunks)\n",
            hsize(s->rocksdb_index_estimate), s->unique_chunks);
     printf("exports:             %u\n", s->exports);
-    printf("NBD connections:     %u\n", s->nbd_connections);
+    printf("NBD connections:     %u", s->nbd_connections);
+    if (s->nbd_loops) /* 0: a server from before the field */
+        printf(" (on %u event loop%s)", s->nbd_loops, s->nbd_loops == 1 ? "" : "s");
+    printf("\n");
     printf("uptime:              %s\n", duration(s->uptime_sec));
     printf("version:             %s (control protocol %u)\n", s->version, s->protocol);
 }

@@ -61,6 +61,7 @@ ctl__cmd_status(struct ctl_call *call)
     r->index_bytes = use.bytes;
     r->index_evictions = use.evictions;
     r->nbd_connections = call->nbd_connections;
+    r->nbd_loops = call->nbd_loops;
     r->exports = (uint32_t) n_exports;
     r->unique_chunks = ss.chunks;
     r->sync_error = -ss.sync_error;

@@ -243,6 +243,7 @@ ctl__call_new(struct ctl_server *srv, struct ctl_conn *conn, Dedupd__Request *re
     pthread_mutex_init(&call->lock, NULL);
     atomic_init(&call->cancelled, false);
     call->nbd_connections = srv->nbd ? nbd_server_connections(srv->nbd) : 0;
+    call->nbd_loops = srv->nbd ? nbd_server_loops(srv->nbd) : 0;
     uv_async_init(srv->loop, &call->async, on_progress);
     call->async.data = call;
     srv->n_calls++;

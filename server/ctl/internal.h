@@ -85,6 +85,7 @@ struct ctl_call {
     bool finished;            /* final Response sent: no progress after it */
     bool exclusive;           /* holds srv->maint_running */
     uint32_t nbd_connections; /* read on the loop thread before the handler runs */
+    uint32_t nbd_loops;       /* likewise */
     char message[256];
     void **allocs;
     size_t n_allocs, cap_allocs;

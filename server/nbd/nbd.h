@@ -39,5 +39,7 @@ int nbd_server_start(uv_loop_t *loop, struct engine *engine, const char *const *
 void nbd_server_stop(struct nbd_server *srv, void (*done)(void *arg), void *arg);
 /* Number of open client connections (for status). */
 uint32_t nbd_server_connections(const struct nbd_server *srv);
+/* Event loops serving connections (for status): the loop threads, or 1 (the caller's). */
+uint32_t nbd_server_loops(const struct nbd_server *srv);
 
 #endif

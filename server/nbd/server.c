@@ -269,3 +269,9 @@ nbd_server_connections(const struct nbd_server *srv)
 {
     return srv ? atomic_load(&srv->n_conns) : 0;
 }
+
+uint32_t
+nbd_server_loops(const struct nbd_server *srv)
+{
+    return !srv ? 0 : srv->n_threads ? srv->n_threads : 1;
+}

@@ -96,12 +96,16 @@ expect_rc 0 ctl --json status
 cp "$OUT" "$TEST_TMP/status.json"
 for k in enabled backend hash verify default_chunk_size limit_nr limit_mem index_entries \
     index_bytes memory_at_limit rocksdb_index_estimate unique_chunks exports nbd_connections \
-    uptime_sec version protocol sync_error; do
+    nbd_loops uptime_sec version protocol sync_error; do
     [ "$(jget "$TEST_TMP/status.json" "'$k' in j")" = True ] || fail "status JSON lacks $k"
 done
 [ "$(jget "$TEST_TMP/status.json" "j['enabled']")" = True ] || fail "dedup on by default"
 [ "$(jget "$TEST_TMP/status.json" "j['memory_at_limit'] > 0")" = True ] || fail "memory estimate"
 [ "$(jget "$TEST_TMP/status.json" "j['sync_error']")" = 0 ] || fail "a healthy store reports no sync error"
+# Default connection loops: one per CPU, at most 4 (nproc and libuv both follow the affinity).
+want_loops=$(nproc); [ "$want_loops" -gt 4 ] && want_loops=4
+[ "$(jget "$TEST_TMP/status.json" "j['nbd_loops']")" = "$want_loops" ] ||
+    fail "status: nbd_loops $(jget "$TEST_TMP/status.json" "j['nbd_loops']"), want $want_loops"
 
 # ---- enable / disable, persisted across a restart ----
 expect_rc 0 ctl --json disable

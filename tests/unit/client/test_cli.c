@@ -85,13 +85,14 @@ Test(cli, status_table_and_json)
     cr_assert_eq(ctl("status", NULL), 0, "%s", err);
     HAS(out, "dedup:               enabled");
     HAS(out, "back-end:            rocksdb");
-    HAS(out, "NBD connections:     2");
+    HAS(out, "NBD connections:     2 (on 2 event loops)");
     HAS(out, "memory back-end at its limit:   1.4 MiB");
     cr_assert_eq(ctl("--json", "status", NULL), 0);
     HAS(out, "\"enabled\": true");
     HAS(out, "\"backend\": \"rocksdb\"");
     HAS(out, "\"memory_at_limit\": 1441792");
     HAS(out, "\"nbd_connections\": 2");
+    HAS(out, "\"nbd_loops\": 2");
     cr_assert_eq(ctl("status", "--json", NULL), 0);
     HAS(out, "\"hash\": \"sha256\"");
     HAS(out, "\"sync_error\": 0");

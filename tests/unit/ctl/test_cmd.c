@@ -73,6 +73,7 @@ Test(cmd, status_reports_settings_usage_and_estimates)
     cr_assert_eq(s->limit_nr, 32768);
     cr_assert_eq(s->index_entries, 10);
     cr_assert_eq(s->nbd_connections, 3);
+    cr_assert_eq(s->nbd_loops, FAKE_NBD_LOOPS);
     cr_assert_eq(s->exports, 1);
     cr_assert_eq(s->unique_chunks, 3);
     /* No memory back-end running: the engine's per-entry figure (fake: 44 B) at the limit. */

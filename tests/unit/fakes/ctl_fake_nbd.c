@@ -19,3 +19,10 @@ nbd_server_connections(const struct nbd_server *srv)
     (void) srv;
     return conns;
 }
+
+uint32_t
+nbd_server_loops(const struct nbd_server *srv)
+{
+    (void) srv;
+    return FAKE_NBD_LOOPS;
+}
