@@ -102,7 +102,7 @@ srv_is_dedupd() { [[ $SRV_NAME == dedupd-* ]]; }
 
 srv_available() {
     case $1 in
-    nbdkit-file) command -v nbdkit >/dev/null ;;
+    nbdkit-file | nbdkit-null) command -v nbdkit >/dev/null ;;
     qemu-nbd) command -v qemu-nbd >/dev/null ;;
     nbd-server) command -v nbd-server >/dev/null ;;
     dedupd-*) [ -x "$DEDUPD_BIN" ] && [ -x "$DEDUPD_CTL_BIN" ] ;;
@@ -128,6 +128,10 @@ srv_start() {
         truncate -s "$size" "$SRV_DIR/disk.img"
         nbdkit -f -i 127.0.0.1 -p "$port" file "$SRV_DIR/disk.img" \
             >"$SRV_DIR/server.log" 2>&1 &
+        SRV_PID=$!
+        ;;
+    nbdkit-null) # discards writes, reads zeros: a floor, not a peer
+        nbdkit -f -i 127.0.0.1 -p "$port" null size="$size" >"$SRV_DIR/server.log" 2>&1 &
         SRV_PID=$!
         ;;
     qemu-nbd)

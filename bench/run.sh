@@ -12,6 +12,8 @@
 #   dup     nbdcopy of one 1 MiB random block repeated                 then read it back
 #   vm      nbdcopy of an ext4 image of unpacked .debs (cached)        then read it back
 #   zero    nbdcopy of a sparse all-zero file (WRITE_ZEROES)           then read it back
+#           (each repetition also runs it against `nbdkit null`, a server that does no
+#           work at all: the client and protocol floor, reported next to the target)
 #   rand    prefill with random data, then fio 4 KiB random writes and reads at QD16
 # Before every timed phase the deferred work of the phase before it is done: the page
 # cache is written back (sync; nbdkit and nbd-server never flush), and dedupd is left to
@@ -284,6 +286,13 @@ for ((rep = 1; rep <= reps; rep++)); do
             echo "run.sh: rep $rep/$reps  $w  $s" >&2
             run_case
         done
+        # WRITE_ZEROES is metadata only for the servers: what bounds it is nbdcopy and the
+        # protocol, measured against a server that does nothing (not a peer: no table).
+        if [ "$w" = zero ] && srv_available nbdkit-null; then
+            s=nbdkit-null
+            echo "run.sh: rep $rep/$reps  $w  $s (client floor)" >&2
+            run_case
+        fi
         widx=$((widx + 1))
     done
 done
