@@ -161,9 +161,7 @@ read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uin
         else
             memcpy(dst, scratch + (lo - cstart), hi - lo);
     }
-    if (rc == 0 && n == 1 && ids[0] && store_chunk_read_cached(e->st, ids[0], bufs[0], cs) != cs)
-        rc = -EAGAIN; /* one chunk (a random read): no batch to set up */
-    else if (rc == 0 && n > 1)
+    if (rc == 0)
         rc = store_chunks_read_cached(e->st, ids, n, bufs, cs);
     free(scratch);
     if (bufs != bufs_small)

@@ -633,28 +633,39 @@ nbd__conn_accept(struct nbd_server *srv, uv_stream_t *listener, bool is_tcp)
     return conn_start(c);
 }
 
-int
-nbd__conn_open(struct nbd_loop *lp, int fd, bool is_tcp)
+/* A new connection of lp around a connected socket fd, not yet started. On failure the fd
+ * is left open (uv_close never closes an fd it failed to open) and nothing is counted. */
+static int
+wrap_fd(struct nbd_loop *lp, int fd, bool is_tcp, struct nbd_conn **out)
 {
     struct nbd_conn *c = conn_new(lp);
-    int rc = -ENOMEM;
-    if (c)
-        rc = is_tcp ? uv_tcp_init(lp->loop, &c->h.tcp) : uv_pipe_init(lp->loop, &c->h.pipe, 0);
+    if (!c)
+        return -ENOMEM;
+    int rc = is_tcp ? uv_tcp_init(lp->loop, &c->h.tcp) : uv_pipe_init(lp->loop, &c->h.pipe, 0);
     if (rc < 0) {
-        if (c)
-            free(c->inbuf);
+        free(c->inbuf);
         free(c);
-        close(fd);
-        nbd__loop_count(lp, -1);
         return rc;
     }
     c->h.tcp.data = c;
     lp->pending_closes++;
     rc = is_tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
     if (rc < 0) {
-        close(fd); /* not the handle's: uv_close leaves it open */
-        nbd__loop_count(lp, -1);
         uv_close((uv_handle_t *) &c->h, on_refused_closed);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int
+nbd__conn_open(struct nbd_loop *lp, int fd, bool is_tcp)
+{
+    struct nbd_conn *c;
+    int rc = wrap_fd(lp, fd, is_tcp, &c);
+    if (rc < 0) {
+        close(fd);
+        nbd__loop_count(lp, -1);
         return rc;
     }
     peer_name(c, is_tcp);
@@ -665,24 +676,11 @@ nbd__conn_open(struct nbd_loop *lp, int fd, bool is_tcp)
 int
 nbd__conn_adopt(struct nbd_server *srv, int fd)
 {
-    struct nbd_loop *lp = &srv->main;
-    struct nbd_conn *c = conn_new(lp);
-    if (!c)
-        return -ENOMEM;
-    int rc = uv_pipe_init(lp->loop, &c->h.pipe, 0);
-    if (rc < 0) {
-        free(c->inbuf);
-        free(c);
+    struct nbd_conn *c;
+    int rc = wrap_fd(&srv->main, fd, false, &c);
+    if (rc < 0)
         return rc;
-    }
-    c->h.pipe.data = c;
-    lp->pending_closes++;
-    rc = uv_pipe_open(&c->h.pipe, fd);
-    if (rc < 0) {
-        uv_close((uv_handle_t *) &c->h, on_refused_closed);
-        return rc;
-    }
     snprintf(c->peer, sizeof(c->peer), "fd %d", fd);
-    nbd__loop_count(lp, 1);
+    nbd__loop_count(&srv->main, 1);
     return conn_start(c);
 }

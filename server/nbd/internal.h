@@ -59,7 +59,7 @@ struct nbd_loop {
     bool stop;                 /* mu: the server is stopping */
     bool stopping;             /* loop thread: its connections were told to stop */
     _Atomic bool exited;       /* the thread is done; the reaper joins it */
-    bool joined;               /* listener's loop thread */
+    bool joined;               /* caller's loop thread: the reaper joined it */
 };
 
 struct nbd_server {
@@ -242,6 +242,8 @@ bool nbd__loops_done(struct nbd_server *srv);
 /* Counts a connection in and out of lp's and the server's n_conns: from its accept (before
  * a hand-off) to its close. Any thread. */
 void nbd__loop_count(struct nbd_loop *lp, int delta);
+/* Stops every connection of lp (forced; in-flight requests still finish). lp's thread. */
+void nbd__loop_stop_conns(struct nbd_loop *lp);
 /* A connection handle of lp finished closing. */
 void nbd__loop_conn_gone(struct nbd_loop *lp);
 

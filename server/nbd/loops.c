@@ -43,6 +43,17 @@ nbd__loop_conn_gone(struct nbd_loop *lp)
         maybe_exit(lp);
 }
 
+void
+nbd__loop_stop_conns(struct nbd_loop *lp)
+{
+    lp->pending_closes++; /* none of the stops below may finish the loop mid-list */
+    for (struct nbd_conn *c = lp->conns, *next; c; c = next) {
+        next = c->next;
+        nbd__conn_stop(c, NULL, true);
+    }
+    nbd__loop_conn_gone(lp);
+}
+
 /* Sockets that will never be served: closed and uncounted. */
 static void
 drop_handoffs(struct nbd_loop *lp, struct nbd_handoff *h)
@@ -54,6 +65,14 @@ drop_handoffs(struct nbd_loop *lp, struct nbd_handoff *h)
         free(h);
         h = next;
     }
+}
+
+/* What loop_init made besides the loop itself (closed by its thread, or by the caller). */
+static void
+loop_free(struct nbd_loop *lp)
+{
+    bufpool_destroy(lp->bufs);
+    uv_mutex_destroy(&lp->mu);
 }
 
 static void
@@ -69,30 +88,18 @@ on_wake(uv_async_t *a)
         drop_handoffs(lp, list);
         list = NULL;
     }
-    /* The inbox is pushed at its head: oldest first. */
-    struct nbd_handoff *fifo = NULL;
+    /* All opened in this one callback, so their order does not matter. */
     while (list) {
         struct nbd_handoff *next = list->next;
-        list->next = fifo;
-        fifo = list;
-        list = next;
-    }
-    while (fifo) {
-        struct nbd_handoff *next = fifo->next;
-        int rc = nbd__conn_open(lp, fifo->fd, fifo->is_tcp);
+        int rc = nbd__conn_open(lp, list->fd, list->is_tcp);
         if (rc < 0)
             log_warn("nbd: cannot serve an accepted connection: %s", uv_strerror(rc));
-        free(fifo);
-        fifo = next;
+        free(list);
+        list = next;
     }
     if (stop && !lp->stopping) {
         lp->stopping = true;
-        lp->pending_closes++; /* none of the stops below may end the loop mid-list */
-        for (struct nbd_conn *c = lp->conns, *next; c; c = next) {
-            next = c->next;
-            nbd__conn_stop(c, NULL, true);
-        }
-        nbd__loop_conn_gone(lp);
+        nbd__loop_stop_conns(lp);
     }
 }
 
@@ -141,8 +148,7 @@ on_reaper(uv_async_t *a)
         srv->threads_running--;
         drop_handoffs(lp, lp->inbox); /* none expected: hand-offs stop before the stop */
         lp->inbox = NULL;
-        bufpool_destroy(lp->bufs);
-        uv_mutex_destroy(&lp->mu);
+        loop_free(lp);
     }
     close_reaper_if_done(srv);
 }
@@ -169,8 +175,7 @@ loop_init(struct nbd_server *srv, struct nbd_loop *lp, size_t idle_max)
             uv_loop_close(&lp->own);
     }
     if (rc < 0) {
-        uv_mutex_destroy(&lp->mu);
-        bufpool_destroy(lp->bufs);
+        loop_free(lp);
         return rc;
     }
     lp->wake.data = lp;
@@ -203,8 +208,7 @@ nbd__loops_start(struct nbd_server *srv, unsigned n)
             uv_close((uv_handle_t *) &lp->wake, NULL);
             uv_run(&lp->own, UV_RUN_NOWAIT);
             uv_loop_close(&lp->own);
-            uv_mutex_destroy(&lp->mu);
-            bufpool_destroy(lp->bufs);
+            loop_free(lp);
             return rc;
         }
         srv->n_threads++;

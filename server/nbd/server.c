@@ -253,15 +253,9 @@ nbd_server_stop(struct nbd_server *srv, void (*done)(void *arg), void *arg)
     srv->stop_arg = arg;
     close_listeners(srv);
     /* Connections finish their in-flight requests, then close; the server is freed when
-     * the last handle is gone and every loop thread has been joined. The extra pending
-     * close keeps nbd__server_check_done() from freeing it inside this function. */
-    srv->main.pending_closes++;
+     * the last handle is gone and every loop thread has been joined. */
     nbd__loops_stop(srv);
-    for (struct nbd_conn *c = srv->main.conns, *next; c; c = next) {
-        next = c->next;
-        nbd__conn_stop(c, NULL, true);
-    }
-    nbd__loop_conn_gone(&srv->main);
+    nbd__loop_stop_conns(&srv->main);
 }
 
 uint32_t

@@ -234,5 +234,9 @@ int
 store_chunks_read_cached(struct store *st, const uint64_t *ids, size_t n, void *const *bufs,
                          uint32_t len)
 {
+    if (n == 1) /* a random read: no batch to set up, and RocksDB's caches may answer */
+        return !ids[0] || store_chunk_read_cached(st, ids[0], bufs[0], len) == (ssize_t) len
+                   ? 0
+                   : -EAGAIN;
     return chunks_read(st, ids, n, bufs, len, true);
 }

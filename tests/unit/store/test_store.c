@@ -524,6 +524,22 @@ Test(store, map_set_known_uses_the_given_old_value_and_chunk_hold_sees_live_chun
     store_close(st);
 }
 
+/* Buffers filled from ids (seeds in want_seed; an id of 0 left at 0xee). */
+static void
+expect_chunks(uint8_t (*bufs)[4096], const uint64_t *ids, const uint64_t *want_seed, int n,
+              const char *how)
+{
+    uint8_t want[4096];
+    for (int i = 0; i < n; i++) {
+        if (!ids[i]) {
+            cr_assert_eq(bufs[i][0], 0xee, "%s: a skipped id leaves its buffer alone", how);
+            continue;
+        }
+        fill(want, sizeof(want), want_seed[i]);
+        cr_assert_eq(memcmp(bufs[i], want, 4096), 0, "%s: chunk %d", how, i);
+    }
+}
+
 /* ... and store_chunks_read_cached, from the locations the commits cached and the page
  * cache, gives the same bytes or declines (-EAGAIN), never wrong ones. */
 Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
@@ -560,26 +576,11 @@ Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
         memset(bufs[i], 0xee, 4096);
     }
     cr_assert_eq(store_chunks_read(st, ids, N + 3, p, 4096), 0);
-    uint8_t want[4096];
-    for (int i = 0; i < N + 3; i++) {
-        if (!ids[i]) {
-            cr_assert_eq(bufs[i][0], 0xee, "a skipped id leaves its buffer alone");
-            continue;
-        }
-        fill(want, sizeof(want), want_seed[i]);
-        cr_assert_eq(memcmp(bufs[i], want, 4096), 0, "chunk %d", i);
-    }
+    expect_chunks(bufs, ids, want_seed, N + 3, "blocking");
     for (int i = 0; i < N + 3; i++)
         memset(bufs[i], 0xee, 4096);
     cr_assert_eq(store_chunks_read_cached(st, ids, N + 3, p, 4096), 0);
-    for (int i = 0; i < N + 3; i++) {
-        if (!ids[i]) {
-            cr_assert_eq(bufs[i][0], 0xee, "cached: a skipped id leaves its buffer alone");
-            continue;
-        }
-        fill(want, sizeof(want), want_seed[i]);
-        cr_assert_eq(memcmp(bufs[i], want, 4096), 0, "cached: chunk %d", i);
-    }
+    expect_chunks(bufs, ids, want_seed, N + 3, "cached");
     /* A missing chunk and a wrong length are errors, as with store_chunk_read; the cached
      * twin leaves them to it. */
     uint64_t bad[2] = {id[1], 99999};
@@ -587,6 +588,12 @@ Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
     cr_assert_lt(store_chunks_read(st, ids, 8, p, 2048), 0);
     cr_assert_eq(store_chunks_read_cached(st, bad, 2, p, 4096), -EAGAIN);
     cr_assert_eq(store_chunks_read_cached(st, ids, 8, p, 2048), -EAGAIN);
+    /* One chunk (the random-read case) goes the single-chunk way: the same answers. */
+    uint64_t one = id[3], gone = 99999;
+    memset(bufs[0], 0xee, 4096);
+    cr_assert_eq(store_chunks_read_cached(st, &one, 1, p, 4096), 0);
+    expect_chunks(bufs, &one, &want_seed[3], 1, "cached, one chunk");
+    cr_assert_eq(store_chunks_read_cached(st, &gone, 1, p, 4096), -EAGAIN);
 
     /* A flipped byte in the middle of a run: -EUCLEAN, never wrong bytes. */
     struct store_chunk_info ci;
