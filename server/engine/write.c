@@ -48,6 +48,7 @@ struct wchunk {
                         not compared (0) */
     uint64_t pre_id; /* PRE_HIT: the chunk found */
     uint64_t old_id; /* the chunk mapped here before this request (0: none) */
+    struct store_chunk_pre old_pre; /* old_id's entry, read before the transaction */
     uint32_t crc;    /* CRC32C of data, for the store's record: computed only for a chunk
                         that gets a record (pick_early, or add_new in the transaction) */
     uint8_t hash[DEDUPD_HASH_MAX_LEN];
@@ -241,6 +242,22 @@ preverify(struct wreq *w, struct wchunk *c)
     w->cnt.mismatches += !same;
 }
 
+/* The entries of the chunks this request unmaps, whose refcounts the transaction drops (a
+ * random overwrite frees one per chunk): read here rather than under the commit lock. Not
+ * for a chunk that will most likely stay mapped (its own hash found again). A failed read
+ * leaves the transaction to read it and report. */
+static void
+preload_old(struct wreq *w)
+{
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct wchunk *c = &w->c[i];
+        c->old_pre.id = 0;
+        if (c->old_id == 0 || (c->pre == PRE_HIT && c->pre_id == c->old_id))
+            continue;
+        (void) store_chunk_preload(w->e->st, c->old_id, &c->old_pre);
+    }
+}
+
 /* Step 3c, still outside the commit lock: every chunk's current map entry (stable: the
  * caller holds the range lock exclusively, and only range-locked writers change an open
  * export's map) and the index look-up of every chunk that needs one. The commit lock
@@ -258,8 +275,10 @@ prefetch(struct wreq *w)
         else if (rc < 0)
             return rc;
     }
-    if (w->p.alg == DEDUPD_HASH_NONE)
+    if (w->p.alg == DEDUPD_HASH_NONE) {
+        preload_old(w);
         return 0;
+    }
     /* Before the look-ups: entries staged from here on are re-checked in the transaction. */
     w->seen = atomic_load_explicit(&w->e->stage_done, memory_order_acquire);
     for (uint32_t i = 0; i < w->n; i++) {
@@ -271,6 +290,7 @@ prefetch(struct wreq *w)
         if (c->pre == PRE_HIT && w->p.verify)
             preverify(w, c);
     }
+    preload_old(w);
     return 0;
 }
 
@@ -534,7 +554,7 @@ resolve_request(struct wreq *w, struct store_txn *tx)
         if (!c->zero)
             rc = resolve_chunk(w, tx, c);
         if (rc == 0)
-            rc = store_txn_map_set_known(tx, w->xs->id, c->idx, c->old_id,
+            rc = store_txn_map_set_known(tx, w->xs->id, c->idx, c->old_id, &c->old_pre,
                                          c->zero ? 0 : c->chunk_id);
     }
     for (uint32_t i = 0; i < w->n && rc == 0; i++) { /* shared after all: dead bytes */
@@ -693,6 +713,7 @@ write_prepare(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t
         c->pre = PRE_NONE;
         c->pre_same = 0;
         c->old_id = UINT64_MAX; /* not read yet */
+        c->old_pre.id = 0;
         if (hi - lo == cs) {
             c->data = buf ? buf + (lo - off) : NULL;
         } else {

@@ -495,6 +495,7 @@ store_check(struct store *st, bool repair, store_progress_fn progress, store_fin
     if (rc == 0 && c.repair && meta_batch_count(c.b)) {
         store__ccache_drop_all(st); /* repairs rewrite chunk entries behind the transactions */
         rc = meta_batch_commit(st->meta, c.b, false);
+        store__entries_rewritten(st);
         store__loc_clear(st); /* after the batch: fills that read the old entries are refused */
         if (rc == 0)
             rc = meta_sync(st->meta);

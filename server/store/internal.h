@@ -211,6 +211,9 @@ struct store {
     size_t nmapend; /* of STORE_MAPEND_EXPORTS slots */
     pthread_mutex_t mapend_lock;
     struct store_txn txn;   /* the one transaction: reused under commit_lock */
+    /* Bumped (under commit_lock, after the batch) whenever chunk entries are rewritten other
+     * than through the refcount journal: a store_chunk_pre read before is then stale. */
+    _Atomic uint64_t entry_epoch;
     struct store_refs refs; /* refs.c */
     uint64_t wal_unflushed; /* batch bytes since the last WAL flush */
     uint64_t mem_unpolled;  /* batch bytes since the last memtable size poll */
@@ -347,6 +350,9 @@ struct store_ccache_slot {
 };
 /* Forgets every cached chunk entry (after entries changed behind the transactions). */
 void store__ccache_drop_all(struct store *st);
+/* Chunk entries were rewritten behind the journal (commit_lock, after their batch): entries
+ * preloaded before are not used (struct store_chunk_pre). */
+void store__entries_rewritten(struct store *st);
 void store__txn_fini(struct store_txn *tx);
 struct store_move { /* one record compaction wants to copy */
     uint64_t off;   /* in the source segment */

@@ -325,6 +325,7 @@ store__refs_folded(struct store *st)
     r->seq_lo = r->seq_hi;
     r->jbytes = 0;
     pthread_mutex_unlock(&r->lock);
+    store__entries_rewritten(st); /* the entries now hold what the table did */
 }
 
 int

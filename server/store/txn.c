@@ -140,24 +140,63 @@ store__ccache_drop_all(struct store *st)
     memset(st->txn.ccache, 0, STORE_CCACHE_SLOTS * sizeof(*st->txn.ccache));
 }
 
-/* The committed entry of chunk id: from the cache, else from meta (then cached). */
+_Static_assert(STORE_CHUNK_PRE_VAL_MAX >= META_CHUNK_VAL_MAX, "store_chunk_pre too small");
+
+void
+store__entries_rewritten(struct store *st)
+{
+    atomic_fetch_add_explicit(&st->entry_epoch, 1, memory_order_release);
+}
+
+int
+store_chunk_preload(struct store *st, uint64_t chunk_id, struct store_chunk_pre *out)
+{
+    out->id = 0;
+    /* The epoch first: an entry rewritten after this load bumps it past what we record. */
+    out->epoch = atomic_load_explicit(&st->entry_epoch, memory_order_acquire);
+    uint8_t key[META_CHUNK_KEY_LEN];
+    meta_key_chunk_encode(key, chunk_id);
+    ssize_t n = meta_get(st->meta, META_CF_CHUNK, key, sizeof(key), out->val, sizeof(out->val));
+    if (n < 0)
+        return (int) n;
+    if ((size_t) n > sizeof(out->val))
+        return -EIO; /* the transaction's own read reports it */
+    out->len = (uint8_t) n;
+    out->id = chunk_id;
+    return 0;
+}
+
+/* The committed entry of chunk id: from the cache, else from pre if it is id's and still
+ * current, else from meta (then cached). Refcounts always come from the journal's table
+ * when it holds one: those change without an epoch bump. */
 static int
-chunk_load(struct store_txn *tx, uint64_t id, struct meta_chunk_rec *r)
+chunk_load(struct store_txn *tx, uint64_t id, const struct store_chunk_pre *pre,
+           struct meta_chunk_rec *r)
 {
     struct store_ccache_slot *s = ccache_slot(tx, id);
     if (s->id == id) {
         *r = s->rec;
         return 0;
     }
-    int rc = store__chunk_load(tx->st, id, r);
+    int rc;
+    if (pre && pre->id == id &&
+        pre->epoch == atomic_load_explicit(&tx->st->entry_epoch, memory_order_acquire) &&
+        meta_chunk_rec_decode(pre->val, pre->len, r) == 0) {
+        store__refs_get(tx->st, id, &r->refs);
+        rc = 0;
+    } else {
+        rc = store__chunk_load(tx->st, id, r);
+    }
     if (rc == 0)
         ccache_put(tx, id, r);
     return rc;
 }
 
-/* The overlay entry of id, loading it from meta if the transaction has not touched it. */
+/* The overlay entry of id, loading it (pre: see chunk_load) if the transaction has not
+ * touched it. */
 static int
-chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
+chunk_entry_pre(struct store_txn *tx, uint64_t id, const struct store_chunk_pre *pre,
+                struct txn_chunk **out)
 {
     bool found;
     struct txn_chunk *e = chunk_slot(tx, id, &found);
@@ -166,7 +205,7 @@ chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
         return 0;
     }
     struct meta_chunk_rec r;
-    int rc = chunk_load(tx, id, &r);
+    int rc = chunk_load(tx, id, pre, &r);
     if (rc)
         return rc;
     if ((tx->nchunks + 1) * 2 > tx->chunks_cap) {
@@ -182,6 +221,12 @@ chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
     tx->chunk_used[tx->nchunks++] = (uint32_t) (e - tx->chunks);
     *out = e;
     return 0;
+}
+
+static int
+chunk_entry(struct store_txn *tx, uint64_t id, struct txn_chunk **out)
+{
+    return chunk_entry_pre(tx, id, NULL, out);
 }
 
 static struct txn_map *
@@ -586,7 +631,7 @@ map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *old
 /* map_set with the entry's committed value given (known) or read here (!known). */
 static int
 map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id, bool known,
-        uint64_t old)
+        uint64_t old, const struct store_chunk_pre *old_pre)
 {
     struct store *st = tx->st;
     bool found;
@@ -605,11 +650,11 @@ map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t c
     if (chunk_id)
         rc = chunk_entry(tx, chunk_id, &enew);
     if (rc == 0 && old)
-        rc = chunk_entry(tx, old, &eold);
+        rc = chunk_entry_pre(tx, old, found ? NULL : old_pre, &eold);
     if (rc == -ENOENT && old && known && !found) {
         /* The caller's value is stale after all (check --repair dropped a dangling entry
          * meanwhile): use the committed one. */
-        return map_set(tx, export_id, chunk_idx, chunk_id, false, 0);
+        return map_set(tx, export_id, chunk_idx, chunk_id, false, 0, NULL);
     }
     if (rc) {
         if (rc == -ENOENT)
@@ -651,14 +696,14 @@ map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t c
 int
 store_txn_map_set(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx, uint64_t chunk_id)
 {
-    return map_set(tx, export_id, chunk_idx, chunk_id, false, 0);
+    return map_set(tx, export_id, chunk_idx, chunk_id, false, 0, NULL);
 }
 
 int
 store_txn_map_set_known(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
-                        uint64_t old_id, uint64_t chunk_id)
+                        uint64_t old_id, const struct store_chunk_pre *old_pre, uint64_t chunk_id)
 {
-    return map_set(tx, export_id, chunk_idx, chunk_id, true, old_id);
+    return map_set(tx, export_id, chunk_idx, chunk_id, true, old_id, old_pre);
 }
 
 int
@@ -1124,6 +1169,7 @@ store__move_records(struct store *st, struct store_seg *from, const struct store
      * commit). Dropped now, committed or not: the next read takes the chunk entry's. */
     for (size_t i = 0; i < n; i++)
         store__loc_chunk_drop(st, mv[i].id);
+    store__entries_rewritten(st);
     append_end(tx);
     txn_reset(tx);
     return rc;

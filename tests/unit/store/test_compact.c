@@ -144,6 +144,36 @@ Test(compact, live_records_are_moved_and_survive_reopen)
     store_close(st);
 }
 
+Test(compact, an_entry_preloaded_before_a_move_is_read_afresh)
+{
+    struct store *st = open_small(false);
+    uint64_t seed_of[NBLK];
+    write_blocks(st, 1000, 1);
+    for (unsigned b = 0; b < NBLK; b++)
+        seed_of[b] = 1000 + b;
+    overwrite_3_of_4(st, seed_of);
+    uint64_t id0;
+    cr_assert_eq(store_map_get(st, 1, 0, &id0), 0);
+    struct store_chunk_pre pre;
+    cr_assert_eq(store_chunk_preload(st, id0, &pre), 0);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, false, NULL, NULL, &res), 0);
+    cr_assert_gt(res.bytes_moved, 0);
+    struct store_stats before, after;
+    cr_assert_eq(store_stats(st, &before), 0);
+
+    /* Block 0 overwritten with the entry read before its chunk moved: the freed record's
+     * bytes must be counted dead where the record is now. */
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    seed_of[0] = 7777;
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 0, id0, &pre, add(tx, seed_of[0], 4096)), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    cr_assert_eq(store_stats(st, &after), 0);
+    cr_assert_eq(after.dead_bytes, before.dead_bytes + 4096 + 64);
+    expect_blocks_across_reopen(st, seed_of);
+}
+
 Test(compact, threshold_spares_mostly_live_segments_unless_forced)
 {
     struct store *st = open_small(false);

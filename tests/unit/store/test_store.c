@@ -499,12 +499,12 @@ Test(store, map_set_known_uses_the_given_old_value_and_chunk_hold_sees_live_chun
     cr_assert_eq(store_txn_chunk_hold(tx, b), 0);
     cr_assert_eq(store_txn_chunk_hold(tx, 999), -ENOENT);
     cr_assert_eq(store_txn_chunk_hold(tx, 0), -ENOENT);
-    cr_assert_eq(store_txn_map_set_known(tx, 1, 0, old, b), 0);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 0, old, NULL, b), 0);
     /* An unmapped entry (old 0) and one set earlier in the transaction. */
-    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, a), 0);
-    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, b), 0); /* the overlay says a */
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, NULL, a), 0);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 7, 0, NULL, b), 0); /* the overlay says a */
     /* A stale value naming a chunk that no longer exists falls back to the database. */
-    cr_assert_eq(store_txn_map_set_known(tx, 1, 1, 999, 0), 0);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 1, 999, NULL, 0), 0);
     cr_assert_eq(store_txn_commit(tx, on_freed, &f), 0);
     cr_assert_eq(f.n, 1);
     cr_assert_eq(f.ids[0], a); /* 2 refs - entry 0 - entry 1 + entry 7 (a) - entry 7 (b) */
@@ -521,6 +521,52 @@ Test(store, map_set_known_uses_the_given_old_value_and_chunk_hold_sees_live_chun
     struct store_check_result cres;
     cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cres), 0);
     cr_assert_eq(cres.problems, 0);
+    store_close(st);
+}
+
+Test(store, a_preloaded_old_entry_is_used_only_while_current)
+{
+    struct store *st = open_store(0);
+    struct store_chunk_pre pre;
+    cr_assert_eq(store_chunk_preload(st, 999, &pre), -ENOENT);
+    cr_assert_eq(pre.id, 0);
+
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t a = add(tx, 1, 4096), b = add(tx, 2, 4096);
+    cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 5, b), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+
+    /* Current: the overwrite frees b through its preloaded entry. */
+    cr_assert_eq(store_chunk_preload(st, b, &pre), 0);
+    cr_assert_eq(pre.id, b);
+    struct freed_log f = {0};
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 5, b, &pre, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, on_freed, &f), 0);
+    cr_assert_eq(f.n, 1);
+    cr_assert_eq(f.ids[0], b);
+
+    /* Stale: a is preloaded with 1 reference, gains a second (journaled), and a fold writes
+     * that into its entry and empties the journal's table. The overwrite must see 2. */
+    cr_assert_eq(store_chunk_preload(st, a, &pre), 0);
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, a), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_check_result cr;
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cr), 0); /* folds first */
+    store__ccache_drop_all(st); /* as other chunks' traffic would evict it */
+    f.n = 0;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set_known(tx, 1, 0, a, &pre, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, on_freed, &f), 0);
+    cr_assert_eq(f.n, 0, "a was freed through a stale preloaded refcount");
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, a, &ci), 0);
+    cr_assert_eq(ci.refs, 1);
+    cr_assert_eq(store_check(st, false, NULL, NULL, NULL, &cr), 0);
+    cr_assert_eq(cr.problems, 0);
     store_close(st);
 }
 
