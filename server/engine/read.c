@@ -132,26 +132,20 @@ read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uin
     void *bufs_small[8];
     uint64_t *ids = n <= 8 ? ids_small : malloc(n * sizeof(*ids));
     void **bufs = n <= 8 ? bufs_small : malloc(n * sizeof(*bufs));
-    int rc = ids && bufs ? 0 : -EAGAIN;
+    int rc = ids && bufs ? store_map_get_range_cached(e->st, xs->id, first, n, ids) : -EAGAIN;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
         uint64_t cstart = (first + i) * cs, lo, hi;
         overlap(cstart, cs, off, len, &lo, &hi);
         uint8_t *dst = buf + (lo - off);
-        ids[i] = 0;
         bufs[i] = dst;
-        uint64_t id;
-        rc = store_map_get_cached(e->st, xs->id, first + i, &id);
-        if (rc == -ENOENT) {
+        uint64_t id = ids[i];
+        if (id == 0) {
             memset(dst, 0, hi - lo);
-            rc = 0;
             continue;
         }
-        if (rc < 0)
-            break;
-        if (hi - lo == cs) {
-            ids[i] = id; /* below, with the other whole chunks */
-            continue;
-        }
+        if (hi - lo == cs)
+            continue; /* below, with the other whole chunks */
+        ids[i] = 0;
         if (!scratch && !(scratch = malloc(cs))) {
             rc = -EAGAIN;
             break;

@@ -11,10 +11,30 @@
 
 #include "util/crc32c.h"
 
+/* Map entries per location cache batch (stack arrays). */
+#define RANGE_BATCH 64
+
 int
-store_map_get_cached(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
+store_map_get_range_cached(struct store *st, uint32_t export_id, uint64_t first, uint64_t n,
+                           uint64_t *ids)
 {
-    return store__map_lookup(st, export_id, chunk_idx, chunk_id, true);
+    uint32_t gens[RANGE_BATCH];
+    bool hit[RANGE_BATCH] = {0};
+    for (uint64_t b = 0; b < n; b += RANGE_BATCH) {
+        uint64_t m = n - b < RANGE_BATCH ? n - b : RANGE_BATCH;
+        if (st->loc && store__loc_map_get_many(st, export_id, first + b, m, ids + b, gens, hit) == m)
+            continue;
+        for (uint64_t i = 0; i < m; i++) {
+            if (hit[i])
+                continue;
+            int rc = store__map_lookup(st, export_id, first + b + i, &ids[b + i], true);
+            if (rc == -ENOENT)
+                ids[b + i] = 0;
+            else if (rc < 0)
+                return rc; /* -EAGAIN */
+        }
+    }
+    return 0;
 }
 
 ssize_t

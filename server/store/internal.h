@@ -265,6 +265,13 @@ void store__loc_map_fill(struct store *st, uint32_t export_id, uint64_t idx, uin
 void store__loc_map_set(struct store *st, uint32_t export_id, uint64_t idx, uint64_t chunk_id);
 void store__loc_clear(struct store *st); /* after changes made outside transactions */
 bool store__loc_chunk_get(struct store *st, uint64_t id, struct store_loc *out);
+/* The look-ups of n keys at once, taking each stripe mutex once per run of consecutive keys
+ * rather than once per key: hit[k] says whether out[k] (gens[k]: as store__loc_map_get) was
+ * found; an id of 0 is a miss. Returns the number of hits. */
+uint64_t store__loc_map_get_many(struct store *st, uint32_t export_id, uint64_t first, uint64_t n,
+                                 uint64_t *chunk_ids, uint32_t *gens, bool *hit);
+uint64_t store__loc_chunk_get_many(struct store *st, const uint64_t *ids, uint64_t n,
+                                   struct store_loc *out, bool *hit);
 void store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc);
 void store__loc_chunk_drop(struct store *st, uint64_t id);
 /* store_map_get (nowait: store_map_get_cached, -EAGAIN for anything but a clean answer). */

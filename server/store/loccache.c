@@ -26,7 +26,7 @@
 
 #define LOC_BITS    19
 #define LOC_BUCKETS (1u << LOC_BITS)
-#define LOC_STRIPES 256 /* mutexes per table: bucket i takes stripe i % LOC_STRIPES */
+#define LOC_STRIPES 256 /* mutexes per table: a run of buckets takes one (stripe_of) */
 
 struct map_slot {
     uint64_t chunk_idx;
@@ -83,6 +83,14 @@ static inline uint32_t
 bucket_of(uint64_t key, uint64_t salt)
 {
     return (mix((key >> LOC_RUN_BITS) ^ salt) & ~LOC_RUN_MASK) | (uint32_t) (key & LOC_RUN_MASK);
+}
+
+/* The mutex of bucket i: one per run of LOC_RUN buckets, so that a look-up of consecutive
+ * keys (a sequential read's chunks) takes it once per run instead of once per key. */
+static inline uint32_t
+stripe_of(uint32_t i)
+{
+    return (i >> LOC_RUN_BITS) % LOC_STRIPES;
 }
 
 static inline uint32_t
@@ -189,22 +197,61 @@ map_store(struct map_bucket *b, uint32_t export_id, uint64_t idx, uint64_t chunk
         .chunk_idx = idx, .chunk_id = chunk_id, .export_id = export_id, .valid = true};
 }
 
+/* Look-up in bucket i, whose stripe mutex the caller holds. */
+static bool
+map_get_locked(struct store_loccache *lc, uint32_t i, uint32_t export_id, uint64_t idx,
+               uint64_t *chunk_id, uint32_t *gen)
+{
+    struct map_bucket *b = &lc->map[i];
+    first_touch(lc->map_touched, lc->map, &b->way[0].chunk_idx, &b->gen);
+    int w = map_way(b, export_id, idx);
+    if (w >= 0)
+        *chunk_id = b->way[w].chunk_id;
+    *gen = b->gen;
+    return w >= 0;
+}
+
 bool
 store__loc_map_get(struct store *st, uint32_t export_id, uint64_t idx, uint64_t *chunk_id,
                    uint32_t *gen)
 {
     struct store_loccache *lc = st->loc;
     uint32_t i = map_index(export_id, idx);
-    struct map_bucket *b = &lc->map[i];
-    pthread_mutex_t *mu = &lc->map_mu[i % LOC_STRIPES];
+    pthread_mutex_t *mu = &lc->map_mu[stripe_of(i)];
     pthread_mutex_lock(mu);
-    first_touch(lc->map_touched, lc->map, &b->way[0].chunk_idx, &b->gen);
-    int w = map_way(b, export_id, idx);
-    if (w >= 0)
-        *chunk_id = b->way[w].chunk_id;
-    *gen = b->gen;
+    bool hit = map_get_locked(lc, i, export_id, idx, chunk_id, gen);
     pthread_mutex_unlock(mu);
-    return w >= 0;
+    return hit;
+}
+
+/* Moves the held stripe mutex from *held (NULL: none) to mu. */
+static inline void
+hold_stripe(pthread_mutex_t **held, pthread_mutex_t *mu)
+{
+    if (*held == mu)
+        return;
+    if (*held)
+        pthread_mutex_unlock(*held);
+    pthread_mutex_lock(mu);
+    *held = mu;
+}
+
+uint64_t
+store__loc_map_get_many(struct store *st, uint32_t export_id, uint64_t first, uint64_t n,
+                        uint64_t *chunk_ids, uint32_t *gens, bool *hit)
+{
+    struct store_loccache *lc = st->loc;
+    pthread_mutex_t *held = NULL;
+    uint64_t hits = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        uint32_t i = map_index(export_id, first + k);
+        hold_stripe(&held, &lc->map_mu[stripe_of(i)]);
+        hit[k] = map_get_locked(lc, i, export_id, first + k, &chunk_ids[k], &gens[k]);
+        hits += hit[k];
+    }
+    if (held)
+        pthread_mutex_unlock(held);
+    return hits;
 }
 
 void
@@ -213,7 +260,7 @@ store__loc_map_fill(struct store *st, uint32_t export_id, uint64_t idx, uint64_t
 {
     struct store_loccache *lc = st->loc;
     uint32_t i = map_index(export_id, idx);
-    pthread_mutex_t *mu = &lc->map_mu[i % LOC_STRIPES];
+    pthread_mutex_t *mu = &lc->map_mu[stripe_of(i)];
     pthread_mutex_lock(mu);
     if (lc->map[i].gen == gen) /* no commit changed the bucket since the caller's read began */
         map_store(&lc->map[i], export_id, idx, chunk_id);
@@ -225,7 +272,7 @@ store__loc_map_set(struct store *st, uint32_t export_id, uint64_t idx, uint64_t 
 {
     struct store_loccache *lc = st->loc;
     uint32_t i = map_index(export_id, idx);
-    pthread_mutex_t *mu = &lc->map_mu[i % LOC_STRIPES];
+    pthread_mutex_t *mu = &lc->map_mu[stripe_of(i)];
     pthread_mutex_lock(mu);
     map_store(&lc->map[i], export_id, idx, chunk_id);
     lc->map[i].gen++;
@@ -239,17 +286,32 @@ store__loc_clear(struct store *st)
     if (!lc)
         return;
     for (uint32_t i = 0; i < LOC_BUCKETS; i++) {
-        pthread_mutex_t *mu = &lc->map_mu[i % LOC_STRIPES];
+        pthread_mutex_t *mu = &lc->map_mu[stripe_of(i)];
         pthread_mutex_lock(mu);
         /* Empty, and a new generation: fills begun before this are refused. */
         lc->map[i].way[0].valid = lc->map[i].way[1].valid = false;
         lc->map[i].gen++;
         pthread_mutex_unlock(mu);
-        mu = &lc->chunk_mu[i % LOC_STRIPES];
+        mu = &lc->chunk_mu[stripe_of(i)];
         pthread_mutex_lock(mu);
         lc->chunk[i][0].id = lc->chunk[i][1].id = 0;
         pthread_mutex_unlock(mu);
     }
+}
+
+/* Look-up in bucket i, whose stripe mutex the caller holds. */
+static bool
+chunk_get_locked(struct store_loccache *lc, uint32_t i, uint64_t id, struct store_loc *out)
+{
+    first_touch(lc->chunk_touched, lc->chunk, &lc->chunk[i][0].id, &lc->chunk[i][1].len);
+    for (int w = 0; w < 2 && id; w++) {
+        const struct chunk_slot *s = &lc->chunk[i][w];
+        if (s->id == id) {
+            *out = (struct store_loc){.seg = s->seg, .off = s->off, .len = s->len};
+            return true;
+        }
+    }
+    return false;
 }
 
 bool
@@ -257,17 +319,32 @@ store__loc_chunk_get(struct store *st, uint64_t id, struct store_loc *out)
 {
     struct store_loccache *lc = st->loc;
     uint32_t i = chunk_index(id);
-    pthread_mutex_t *mu = &lc->chunk_mu[i % LOC_STRIPES];
-    bool hit = false;
+    pthread_mutex_t *mu = &lc->chunk_mu[stripe_of(i)];
     pthread_mutex_lock(mu);
-    first_touch(lc->chunk_touched, lc->chunk, &lc->chunk[i][0].id, &lc->chunk[i][1].len);
-    for (int w = 0; w < 2 && id && !hit; w++) {
-        const struct chunk_slot *s = &lc->chunk[i][w];
-        if ((hit = s->id == id))
-            *out = (struct store_loc){.seg = s->seg, .off = s->off, .len = s->len};
-    }
+    bool hit = chunk_get_locked(lc, i, id, out);
     pthread_mutex_unlock(mu);
     return hit;
+}
+
+uint64_t
+store__loc_chunk_get_many(struct store *st, const uint64_t *ids, uint64_t n, struct store_loc *out,
+                          bool *hit)
+{
+    struct store_loccache *lc = st->loc;
+    pthread_mutex_t *held = NULL;
+    uint64_t hits = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        hit[k] = false;
+        if (!ids[k])
+            continue;
+        uint32_t i = chunk_index(ids[k]);
+        hold_stripe(&held, &lc->chunk_mu[stripe_of(i)]);
+        hit[k] = chunk_get_locked(lc, i, ids[k], &out[k]);
+        hits += hit[k];
+    }
+    if (held)
+        pthread_mutex_unlock(held);
+    return hits;
 }
 
 void
@@ -276,7 +353,7 @@ store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc)
     struct store_loccache *lc = st->loc;
     uint32_t i = chunk_index(id);
     struct chunk_slot *b = lc->chunk[i];
-    pthread_mutex_t *mu = &lc->chunk_mu[i % LOC_STRIPES];
+    pthread_mutex_t *mu = &lc->chunk_mu[stripe_of(i)];
     pthread_mutex_lock(mu);
     /* Its own slot, else an empty one, else the older chunk's (lower id: written earlier). */
     int w = b[0].id == id || b[0].id == 0   ? 0
@@ -291,7 +368,7 @@ store__loc_chunk_drop(struct store *st, uint64_t id)
 {
     struct store_loccache *lc = st->loc;
     uint32_t i = chunk_index(id);
-    pthread_mutex_t *mu = &lc->chunk_mu[i % LOC_STRIPES];
+    pthread_mutex_t *mu = &lc->chunk_mu[stripe_of(i)];
     pthread_mutex_lock(mu);
     for (int w = 0; w < 2; w++)
         if (lc->chunk[i][w].id == id)

@@ -148,34 +148,36 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
     size_t run_cap = n < RUN_MAX ? n : RUN_MAX;
     size_t sz_r = n * sizeof(struct meta_chunk_rec), sz_ok = n * sizeof(bool);
     size_t sz_it = k * sizeof(struct rv_item), sz_iov = 2 * run_cap * sizeof(struct iovec);
-    size_t sz_h = run_cap * STORE_RECORD_HDR_LEN;
-    uint8_t *mem = malloc(sz_r + sz_it + sz_iov + sz_h + sz_ok);
+    size_t sz_h = run_cap * STORE_RECORD_HDR_LEN, sz_loc = n * sizeof(struct store_loc);
+    uint8_t *mem = malloc(sz_r + sz_loc + sz_it + sz_iov + sz_h + sz_ok);
     if (!mem)
         return nowait ? -EAGAIN : -ENOMEM;
     struct meta_chunk_rec *recs = (struct meta_chunk_rec *) mem;
-    struct rv_item *items = (struct rv_item *) (mem + sz_r);
-    struct iovec *iov = (struct iovec *) (mem + sz_r + sz_it);
-    uint8_t *hdrs = mem + sz_r + sz_it + sz_iov;
+    struct store_loc *locs = (struct store_loc *) (mem + sz_r);
+    struct rv_item *items = (struct rv_item *) (mem + sz_r + sz_loc);
+    struct iovec *iov = (struct iovec *) (mem + sz_r + sz_loc + sz_it);
+    uint8_t *hdrs = mem + sz_r + sz_loc + sz_it + sz_iov;
     bool *ok = (bool *) (hdrs + sz_h);
     memset(ok, 0, sz_ok);
 
     int rc = 0;
     /* Locations the cache knows first: hot shared chunks have thousands of versions of
      * their entry (one per refcount change) for an iterator to step over. */
+    if (st->loc)
+        store__loc_chunk_get_many(st, ids, n, locs, ok);
     k = 0, lo = UINT64_MAX, hi = 0;
     for (size_t i = 0; i < n; i++) {
-        struct store_loc loc;
         if (!ids[i])
             continue;
-        if (st->loc && store__loc_chunk_get(st, ids[i], &loc) && loc.len == len) {
-            recs[i] = (struct meta_chunk_rec){.seg = loc.seg,
-                                              .off = loc.off,
+        if (ok[i] && locs[i].len == len) {
+            recs[i] = (struct meta_chunk_rec){.seg = locs[i].seg,
+                                              .off = locs[i].off,
                                               .raw_len = len,
                                               .stored_len = len,
                                               .codec = STORE_CODEC_RAW};
-            ok[i] = true;
             continue;
         }
+        ok[i] = false;
         k++;
         lo = ids[i] < lo ? ids[i] : lo;
         hi = ids[i] > hi ? ids[i] : hi;

@@ -347,21 +347,21 @@ store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, uint64
     uint64_t lo = 0, hi = n, miss = n; /* misses lie in [lo, hi) */
     uint32_t *gens = NULL;
     if (st->loc) {
-        gens = malloc(n * sizeof(*gens));
+        gens = malloc(n * (sizeof(*gens) + sizeof(bool)));
         if (!gens)
             return -ENOMEM;
-        miss = 0;
+        bool *hit = (bool *) (gens + n);
+        /* A miss's generation is taken before RocksDB is read, as store__loc_map_fill
+         * requires; a hit's is not needed. */
+        miss = n - store__loc_map_get_many(st, export_id, first, n, ids, gens, hit);
         lo = n, hi = 0;
         for (uint64_t i = 0; i < n; i++) {
-            /* A miss's generation is taken before RocksDB is read, as
-             * store__loc_map_fill requires; a hit's is not needed. */
-            if (store__loc_map_get(st, export_id, first + i, &ids[i], &gens[i])) {
+            if (hit[i]) {
                 gens[i] = UINT32_MAX;
                 continue;
             }
             if (gens[i] == UINT32_MAX)
                 gens[i] = 0; /* never the hit mark: that fill is refused, harmlessly */
-            miss++;
             lo = i < lo ? i : lo;
             hi = i + 1;
         }

@@ -88,14 +88,14 @@ int store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint
 int store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, uint64_t n,
                         uint64_t *ids);
 
-/* Non-blocking twins of store_map_get and store_chunk_read for the event loop (cached.c):
+/* Non-blocking twins of store_map_get_range and store_chunk_read for the event loop (cached.c):
  * they answer only from memory (RocksDB memtables and block cache, the page cache) and
  * return -EAGAIN wherever the blocking call would wait for the disk or take the commit
  * lock — and also on anything unusual (a corrupt record, a segment being compacted away,
  * a database error), which the blocking call then meets, reports and handles. So -EAGAIN
  * always means "ask the blocking call", never an error of its own. Any thread. */
-int store_map_get_cached(struct store *st, uint32_t export_id, uint64_t chunk_idx,
-                         uint64_t *chunk_id);
+int store_map_get_range_cached(struct store *st, uint32_t export_id, uint64_t first, uint64_t n,
+                               uint64_t *ids); /* of store_map_get_range: 0 or -EAGAIN */
 ssize_t store_chunk_read_cached(struct store *st, uint64_t chunk_id, void *buf, size_t cap);
 /* ... and of store_chunks_read: every location from the location cache, each run of
  * adjacent records with one read from the page cache; 0 or -EAGAIN. */

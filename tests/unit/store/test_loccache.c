@@ -150,9 +150,10 @@ Test(loccache, cached_reads_answer_from_memory_or_decline)
 {
     struct store *st = open_store(0);
     uint64_t a = map_one(st, 3, 21), id = 0;
-    cr_assert_eq(store_map_get_cached(st, 1, 3, &id), 0);
+    cr_assert_eq(store_map_get_range_cached(st, 1, 3, 1, &id), 0);
     cr_assert_eq(id, a);
-    cr_assert_eq(store_map_get_cached(st, 1, 4, &id), -ENOENT);
+    cr_assert_eq(store_map_get_range_cached(st, 1, 4, 1, &id), 0);
+    cr_assert_eq(id, 0, "a hole");
     uint8_t buf[4096], want[4096];
     fill(want, sizeof(want), 21);
     /* Just written: in the page cache. */
@@ -227,5 +228,31 @@ Test(loccache, map_range_answers_like_point_reads_and_fills_the_cache)
     cr_assert_eq(got[0], want[20]);
     cr_assert_eq(got[1], b);
     cr_assert_eq(got[2], 0);
+    store_close(st);
+}
+
+/* The batched look-ups (one stripe mutex per run of keys) answer like one at a time, across
+ * batches and runs and from any start; misses are answered from the memtables. */
+Test(loccache, cached_map_range_answers_like_point_reads)
+{
+    struct store *st = open_store(0);
+    enum { N = 150 };
+    uint64_t want[N], got[N];
+    for (uint64_t i = 0; i < N; i++)
+        want[i] = i % 7 == 3 ? 0 : map_one(st, i, 300 + i);
+    for (int round = 0; round < 2; round++) {
+        if (round)
+            store__loc_clear(st); /* all misses: the memtables answer */
+        memset(got, 0xa5, sizeof(got));
+        cr_assert_eq(store_map_get_range_cached(st, 1, 5, N - 5, got), 0);
+        for (uint64_t i = 5; i < N; i++)
+            cr_assert_eq(got[i - 5], want[i], "round %d: index %lu", round, (unsigned long) i);
+        for (uint64_t i = 0; i < N; i++) {
+            uint64_t id = 0;
+            int rc = store_map_get(st, 1, i, &id);
+            cr_assert_eq(rc, want[i] ? 0 : -ENOENT);
+            cr_assert_eq(id, want[i]);
+        }
+    }
     store_close(st);
 }
