@@ -14,8 +14,11 @@
  * refcounts (freeing chunks no map entry names), deletes dangling hash entries and map
  * entries naming missing chunks, and rewrites counters. It never deletes a chunk that a map
  * entry names, and never touches segment files.
- * Memory: 16 bytes per chunk (the table below), ~160 MiB for 10 M chunks.
- * XXX: a store of a billion chunks needs a sorted external pass instead. */
+ * Memory: 16 bytes per chunk (the table below) for at most CK_WINDOW chunks at a time: a
+ * larger store is checked in windows of consecutive chunk ids, passes 1-4 once per window
+ * (pass 1 over the window's ids only; passes 2 and 4 over everything, counting only the
+ * entries that name an id in the window), so memory stays at ~64 MiB whatever the store's
+ * size, and time grows with one more map and hash scan per 4 M chunks. */
 #include "store/internal.h"
 
 #include <errno.h>
@@ -38,6 +41,16 @@ struct ck_chunk {
 };
 #define CK_FREED INT64_MIN /* freed by this repair */
 
+/* Chunks per window (64 MiB of table). store_test_check_window makes it small. */
+#define CK_WINDOW (4u << 20)
+static uint64_t ck_window = CK_WINDOW;
+
+void
+store_test_check_window(uint64_t chunks)
+{
+    ck_window = chunks ? chunks : CK_WINDOW;
+}
+
 struct ck {
     struct store *st;
     bool repair;
@@ -45,8 +58,10 @@ struct ck {
     store_finding_fn finding;
     void *arg;
     struct store_check_result *res;
-    struct ck_chunk *tab; /* ascending ids */
+    struct ck_chunk *tab; /* ascending ids: the window's chunks */
     size_t cap, n;
+    uint64_t lo, hi; /* the window: chunk ids in [lo, hi) */
+    bool first;      /* the first window: entries that name no id are reported in it */
     size_t hint; /* tab_find's last hit */
     struct meta_batch *b;
     struct store_progress prog;
@@ -118,8 +133,11 @@ static int
 tab_append(struct ck *c, uint64_t id, uint64_t refs)
 {
     if (c->n == c->cap) {
-        /* Sized from the chunk counter at the snapshot; grown only if the store disagrees. */
+        /* Sized from the chunk counter at the snapshot (at most a window); grown only if
+         * the store disagrees. */
         size_t ncap = c->cap ? c->cap + c->cap / 2 : (size_t) c->cnt.chunks + 1024;
+        if (ncap > ck_window)
+            ncap = ck_window;
         struct ck_chunk *t = realloc(c->tab, ncap * sizeof(*t));
         if (!t)
             return -ENOMEM;
@@ -174,18 +192,35 @@ iter_at(struct meta_iter *it, const void *key, size_t klen, const void **val, si
     return true;
 }
 
+/* Does id fall in the current window? */
+static bool
+in_window(const struct ck *c, uint64_t id)
+{
+    return id >= c->lo && id < c->hi;
+}
+
+/* Pass 1 for the window starting at c->lo: fills the table with up to ck_window chunks
+ * from the iterator's position and sets c->hi (UINT64_MAX when the entries ran out). */
 static int
 pass_chunks(struct ck *c, struct meta_iter *it)
 {
     int rc = 0;
-    for (meta_iter_seek_first(it); meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
+    c->n = 0;
+    c->hint = 0;
+    c->hi = UINT64_MAX;
+    for (; meta_iter_valid(it) && rc == 0; meta_iter_next(it)) {
         size_t kl, vl;
         const void *k = meta_iter_key(it, &kl);
         const void *v = meta_iter_value(it, &vl);
         uint64_t id;
         struct meta_chunk_rec r;
+        bool key_ok = meta_key_chunk_decode(k, kl, &id) == 0;
+        if (key_ok && c->n == ck_window) {
+            c->hi = id; /* the next window starts here, at the iterator's position */
+            break;
+        }
         c->res->chunks++;
-        if (meta_key_chunk_decode(k, kl, &id) || meta_chunk_rec_decode(v, vl, &r)) {
+        if (!key_ok || meta_chunk_rec_decode(v, vl, &r)) {
             finding(c, "malformed chunk entry (key %zu bytes, value %zu bytes)", kl, vl);
             continue;
         }
@@ -227,11 +262,17 @@ pass_map(struct ck *c, struct meta_iter *it)
         const void *v = meta_iter_value(it, &vl);
         uint32_t e;
         uint64_t idx, id;
-        c->res->map_entries++;
         if (meta_key_map_decode(k, kl, &e, &idx) || meta_val_id_decode(v, vl, &id)) {
-            finding(c, "malformed map entry");
+            if (c->first) {
+                c->res->map_entries++;
+                finding(c, "malformed map entry");
+            }
             continue;
         }
+        if (c->first)
+            c->res->map_entries++;
+        if (!in_window(c, id))
+            continue; /* counted in its own window (id 0 in the first: lo is 0 there) */
         struct ck_chunk *ch = id ? tab_find(c, id) : NULL;
         if (!ch) {
             finding(c,
@@ -332,9 +373,13 @@ pass_hash(struct ck *c, struct meta_iter *it, struct meta_iter *chunks)
         const uint8_t *k = meta_iter_key(it, &kl);
         const void *v = meta_iter_value(it, &vl);
         uint64_t id = 0;
-        c->res->hash_entries++;
+        bool named = kl >= 2 && kl <= META_HASH_KEY_MAX && meta_val_id_decode(v, vl, &id) == 0;
+        if (c->first)
+            c->res->hash_entries++;
+        if (named ? !in_window(c, id) : !c->first)
+            continue; /* checked in its own window; a malformed one in the first */
         bool ok = false;
-        if (kl >= 2 && kl <= META_HASH_KEY_MAX && meta_val_id_decode(v, vl, &id) == 0) {
+        if (named) {
             uint8_t ck[META_CHUNK_KEY_LEN];
             meta_key_chunk_encode(ck, id);
             size_t cvl;
@@ -483,13 +528,21 @@ store_check(struct store *st, bool repair, store_progress_fn progress, store_fin
         pthread_mutex_unlock(&st->commit_lock);
     if (!c.b || !copies || !c.segsum || !it[0] || !it[1] || !it[2] || !it[3] || !it[4])
         goto out;
-    rc = pass_chunks(&c, it[0]);
-    if (rc == 0)
-        rc = pass_map(&c, it[1]);
-    if (rc == 0)
-        rc = pass_refs(&c, it[3]);
-    if (rc == 0)
-        rc = pass_hash(&c, it[2], it[3]);
+    /* One window of chunk ids after another; the chunk iterator goes on from where the
+     * last window stopped. */
+    meta_iter_seek_first(it[0]);
+    rc = 0;
+    for (c.lo = 0, c.first = true; rc == 0; c.lo = c.hi, c.first = false) {
+        rc = pass_chunks(&c, it[0]);
+        if (rc == 0)
+            rc = pass_map(&c, it[1]);
+        if (rc == 0)
+            rc = pass_refs(&c, it[3]);
+        if (rc == 0)
+            rc = pass_hash(&c, it[2], it[3]);
+        if (c.hi == UINT64_MAX)
+            break;
+    }
     if (rc == 0)
         pass_counters(&c, c.repair ? st->segs : NULL, nsegs, copies);
     if (rc == 0 && c.repair && meta_batch_count(c.b)) {

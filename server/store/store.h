@@ -217,6 +217,9 @@ int store_txn_commit(struct store_txn *tx, store_freed_fn freed, void *arg);
 /* Tests only: after `skip` more commits, the next n fail with rc as a failed RocksDB write
  * would, before anything is written. */
 void store_test_fail_commits(struct store *st, int rc, unsigned skip, unsigned n);
+/* Tests only: store_check works through the chunks this many at a time (0: the default,
+ * 4 M), so that small stores take several windows. Process-wide. */
+void store_test_check_window(uint64_t chunks);
 void store_txn_abort(struct store_txn *tx); /* releases the lock, frees tx; NULL is fine */
 
 /* Invariant 4: segment fdatasync first, then the RocksDB WAL sync. Every transaction

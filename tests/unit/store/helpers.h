@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fakes/tmpdir.h"
@@ -22,6 +23,9 @@
     static void name##_init(void)                                                                  \
     {                                                                                              \
         log_set_level(LOG_LEVEL_ERROR);                                                            \
+        /* unit_store_check_windows: every check in windows of a few chunks */                     \
+        const char *w_ = getenv("DEDUPD_TEST_CHECK_WINDOW");                                       \
+        store_test_check_window(w_ ? strtoull(w_, NULL, 10) : 0);                                  \
         cr_assert_not_null(tmpdir_new(dir, sizeof(dir)));                                          \
     }                                                                                              \
     static void name##_fini(void)                                                                  \
