@@ -57,6 +57,20 @@ overwrite_3_of_4(struct store *st, uint64_t *seed_of)
     cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
 }
 
+/* Blocks written, then 3 of 4 overwritten: the old segments ~25% live, block 0's chunk
+ * among the live. Returns that chunk's id. */
+static uint64_t
+quarter_live(struct store *st, uint64_t *seed_of)
+{
+    write_blocks(st, 1000, 1);
+    for (unsigned b = 0; b < NBLK; b++)
+        seed_of[b] = 1000 + b;
+    overwrite_3_of_4(st, seed_of);
+    uint64_t id0;
+    cr_assert_eq(store_map_get(st, 1, 0, &id0), 0);
+    return id0;
+}
+
 static void
 expect_blocks(struct store *st, const uint64_t *seed_of)
 {
@@ -116,13 +130,8 @@ Test(compact, live_records_are_moved_and_survive_reopen)
 {
     struct store *st = open_small(false);
     uint64_t seed_of[NBLK];
-    write_blocks(st, 1000, 1);
-    for (unsigned b = 0; b < NBLK; b++)
-        seed_of[b] = 1000 + b;
-    overwrite_3_of_4(st, seed_of);
+    uint64_t id0 = quarter_live(st, seed_of);
     struct store_chunk_info ci0;
-    uint64_t id0;
-    cr_assert_eq(store_map_get(st, 1, 0, &id0), 0);
     cr_assert_eq(store_chunk_get(st, id0, &ci0), 0);
     struct store_compact_result res;
     cr_assert_eq(store_compact(st, false, NULL, NULL, &res), 0);
@@ -148,12 +157,7 @@ Test(compact, an_entry_preloaded_before_a_move_is_read_afresh)
 {
     struct store *st = open_small(false);
     uint64_t seed_of[NBLK];
-    write_blocks(st, 1000, 1);
-    for (unsigned b = 0; b < NBLK; b++)
-        seed_of[b] = 1000 + b;
-    overwrite_3_of_4(st, seed_of);
-    uint64_t id0;
-    cr_assert_eq(store_map_get(st, 1, 0, &id0), 0);
+    uint64_t id0 = quarter_live(st, seed_of);
     struct store_chunk_pre pre;
     cr_assert_eq(store_chunk_preload(st, id0, &pre), 0);
     struct store_compact_result res;
