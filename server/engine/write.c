@@ -49,8 +49,8 @@ struct wchunk {
     uint64_t pre_id; /* PRE_HIT: the chunk found */
     uint64_t old_id; /* the chunk mapped here before this request (0: none) */
     struct store_chunk_pre old_pre; /* old_id's entry, read before the transaction */
-    uint32_t crc;    /* CRC32C of data, for the store's record: computed only for a chunk
-                        that gets a record (pick_early, or add_new in the transaction) */
+    uint32_t crc; /* CRC32C of data, for the store's record: computed only for a chunk
+                     that gets a record (pick_early, or add_new in the transaction) */
     uint8_t hash[DEDUPD_HASH_MAX_LEN];
 };
 
@@ -251,10 +251,8 @@ preload_old(struct wreq *w)
 {
     for (uint32_t i = 0; i < w->n; i++) {
         struct wchunk *c = &w->c[i];
-        c->old_pre.id = 0;
-        if (c->old_id == 0 || (c->pre == PRE_HIT && c->pre_id == c->old_id))
-            continue;
-        (void) store_chunk_preload(w->e->st, c->old_id, &c->old_pre);
+        if (c->old_id != 0 && !(c->pre == PRE_HIT && c->pre_id == c->old_id))
+            (void) store_chunk_preload(w->e->st, c->old_id, &c->old_pre);
     }
 }
 
@@ -275,22 +273,21 @@ prefetch(struct wreq *w)
         else if (rc < 0)
             return rc;
     }
-    if (w->p.alg == DEDUPD_HASH_NONE) {
-        preload_old(w);
-        return 0;
+    if (w->p.alg != DEDUPD_HASH_NONE) {
+        /* Before the look-ups: entries staged from here on are re-checked in the
+         * transaction. */
+        w->seen = atomic_load_explicit(&w->e->stage_done, memory_order_acquire);
+        for (uint32_t i = 0; i < w->n; i++) {
+            struct wchunk *c = &w->c[i];
+            if (c->zero || c->dup_of >= 0)
+                continue;
+            int rc = index_lookup(w->p.ix, w->p.alg, c->hash, w->p.hlen, &c->pre_id);
+            c->pre = rc == 0 ? PRE_HIT : rc == -ENOENT ? PRE_MISS : PRE_NONE;
+            if (c->pre == PRE_HIT && w->p.verify)
+                preverify(w, c);
+        }
     }
-    /* Before the look-ups: entries staged from here on are re-checked in the transaction. */
-    w->seen = atomic_load_explicit(&w->e->stage_done, memory_order_acquire);
-    for (uint32_t i = 0; i < w->n; i++) {
-        struct wchunk *c = &w->c[i];
-        if (c->zero || c->dup_of >= 0)
-            continue;
-        int rc = index_lookup(w->p.ix, w->p.alg, c->hash, w->p.hlen, &c->pre_id);
-        c->pre = rc == 0 ? PRE_HIT : rc == -ENOENT ? PRE_MISS : PRE_NONE;
-        if (c->pre == PRE_HIT && w->p.verify)
-            preverify(w, c);
-    }
-    preload_old(w);
+    preload_old(w); /* after the look-ups: it skips chunks found again */
     return 0;
 }
 

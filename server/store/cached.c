@@ -22,16 +22,16 @@ store_map_get_range_cached(struct store *st, uint32_t export_id, uint64_t first,
     bool hit[RANGE_BATCH] = {0};
     for (uint64_t b = 0; b < n; b += RANGE_BATCH) {
         uint64_t m = n - b < RANGE_BATCH ? n - b : RANGE_BATCH;
-        if (st->loc && store__loc_map_get_many(st, export_id, first + b, m, ids + b, gens, hit) == m)
+        if (st->loc &&
+            store__loc_map_get_many(st, export_id, first + b, m, ids + b, gens, hit) == m)
             continue;
         for (uint64_t i = 0; i < m; i++) {
             if (hit[i])
                 continue;
-            int rc = store__map_lookup(st, export_id, first + b + i, &ids[b + i], true);
-            if (rc == -ENOENT)
-                ids[b + i] = 0;
-            else if (rc < 0)
-                return rc; /* -EAGAIN */
+            int rc = store__map_read(st, export_id, first + b + i, &ids[b + i],
+                                     st->loc ? gens[i] : 0, true);
+            if (rc < 0 && rc != -ENOENT) /* -ENOENT: ids[] holds 0 */
+                return rc;               /* -EAGAIN */
         }
     }
     return 0;

@@ -62,7 +62,7 @@ struct ck {
     size_t cap, n;
     uint64_t lo, hi; /* the window: chunk ids in [lo, hi) */
     bool first;      /* the first window: entries that name no id are reported in it */
-    size_t hint; /* tab_find's last hit */
+    size_t hint;     /* tab_find's last hit */
     struct meta_batch *b;
     struct store_progress prog;
     struct store_counters cnt, want;

@@ -210,7 +210,7 @@ struct store {
     } * mapend;
     size_t nmapend; /* of STORE_MAPEND_EXPORTS slots */
     pthread_mutex_t mapend_lock;
-    struct store_txn txn;   /* the one transaction: reused under commit_lock */
+    struct store_txn txn; /* the one transaction: reused under commit_lock */
     /* Bumped (under commit_lock, after the batch) whenever chunk entries are rewritten other
      * than through the refcount journal: a store_chunk_pre read before is then stale. */
     _Atomic uint64_t entry_epoch;
@@ -274,9 +274,11 @@ uint64_t store__loc_chunk_get_many(struct store *st, const uint64_t *ids, uint64
                                    struct store_loc *out, bool *hit);
 void store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc);
 void store__loc_chunk_drop(struct store *st, uint64_t id);
-/* store_map_get (nowait: store_map_get_cached, -EAGAIN for anything but a clean answer). */
-int store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
-                      bool nowait);
+/* The map entry of one chunk from RocksDB (0 and -ENOENT when unmapped), put into the location
+ * cache under gen, which the caller's cache miss returned before this read (nowait: the
+ * cached twins' read, -EAGAIN for anything but a clean answer). */
+int store__map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
+                    uint32_t gen, bool nowait);
 
 /* segment.c */
 int store__seg_open_all(struct store *st);
@@ -345,6 +347,10 @@ int store__export_count_get(struct store *st, uint32_t export_id, uint64_t *out)
 void store__export_count_set(struct store *st, uint32_t export_id, uint64_t v);
 void store__export_put(struct meta_batch *b, uint32_t export_id, uint64_t v);
 int store__chunk_load(struct store *st, uint64_t id, struct meta_chunk_rec *r);
+/* A chunk entry's value as store__chunk_load returns it (the journal's refcount applied);
+ * -EIO, logged, when malformed. */
+int store__chunk_decode(struct store *st, uint64_t id, const void *val, size_t n,
+                        struct meta_chunk_rec *r);
 int store__wal_pace(struct store *st, size_t batch_bytes); /* commit_lock */
 int store__sync_locked(struct store *st);                  /* commit_lock */
 

@@ -173,7 +173,14 @@ store__chunk_load(struct store *st, uint64_t id, struct meta_chunk_rec *r)
     ssize_t n = meta_get(st->meta, META_CF_CHUNK, key, sizeof(key), val, sizeof(val));
     if (n < 0)
         return (int) n;
-    if ((size_t) n > sizeof(val) || meta_chunk_rec_decode(val, (size_t) n, r) != 0) {
+    return store__chunk_decode(st, id, val, (size_t) n, r);
+}
+
+int
+store__chunk_decode(struct store *st, uint64_t id, const void *val, size_t n,
+                    struct meta_chunk_rec *r)
+{
+    if (n > META_CHUNK_VAL_MAX || meta_chunk_rec_decode(val, n, r) != 0) {
         log_err("store: chunk %" PRIu64 ": malformed chunk entry", id);
         return -EIO;
     }
@@ -274,9 +281,9 @@ store_chunk_read(struct store *st, uint64_t chunk_id, void *buf, size_t cap)
 
 /* The map entry of one chunk from RocksDB, put into the location cache under gen (taken
  * by the cache miss before this read, as store__loc_map_fill requires). */
-static int
-map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id, uint32_t gen,
-         bool nowait)
+int
+store__map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
+                uint32_t gen, bool nowait)
 {
     uint8_t key[META_MAP_KEY_LEN], val[META_ID_VAL_LEN];
     meta_key_map_encode(key, export_id, chunk_idx);
@@ -301,19 +308,12 @@ map_read(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chu
 }
 
 int
-store__map_lookup(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id,
-                  bool nowait)
+store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
 {
     uint32_t gen = 0;
     if (st->loc && store__loc_map_get(st, export_id, chunk_idx, chunk_id, &gen))
         return *chunk_id ? 0 : -ENOENT;
-    return map_read(st, export_id, chunk_idx, chunk_id, gen, nowait);
-}
-
-int
-store_map_get(struct store *st, uint32_t export_id, uint64_t chunk_idx, uint64_t *chunk_id)
-{
-    return store__map_lookup(st, export_id, chunk_idx, chunk_id, false);
+    return store__map_read(st, export_id, chunk_idx, chunk_id, gen, false);
 }
 
 struct range_fill {
@@ -371,7 +371,7 @@ store_map_get_range(struct store *st, uint32_t export_id, uint64_t first, uint64
         for (uint64_t i = lo; rc == 0 && i < hi; i++) {
             if (gens[i] == UINT32_MAX)
                 continue;
-            rc = map_read(st, export_id, first + i, &ids[i], gens[i], false);
+            rc = store__map_read(st, export_id, first + i, &ids[i], gens[i], false);
             if (rc == -ENOENT)
                 rc = 0; /* ids[i] is 0 */
         }

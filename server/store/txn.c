@@ -166,9 +166,17 @@ store_chunk_preload(struct store *st, uint64_t chunk_id, struct store_chunk_pre 
     return 0;
 }
 
+/* pre holds id's entry and no entry was rewritten behind the journal since it was read. */
+static bool
+pre_current(struct store *st, const struct store_chunk_pre *pre, uint64_t id)
+{
+    return pre && pre->id == id &&
+           pre->epoch == atomic_load_explicit(&st->entry_epoch, memory_order_acquire);
+}
+
 /* The committed entry of chunk id: from the cache, else from pre if it is id's and still
- * current, else from meta (then cached). Refcounts always come from the journal's table
- * when it holds one: those change without an epoch bump. */
+ * current, else from meta (then cached). Either way the journal's table gives the refcount
+ * when it holds one (store__chunk_decode): those change without an epoch bump. */
 static int
 chunk_load(struct store_txn *tx, uint64_t id, const struct store_chunk_pre *pre,
            struct meta_chunk_rec *r)
@@ -178,15 +186,8 @@ chunk_load(struct store_txn *tx, uint64_t id, const struct store_chunk_pre *pre,
         *r = s->rec;
         return 0;
     }
-    int rc;
-    if (pre && pre->id == id &&
-        pre->epoch == atomic_load_explicit(&tx->st->entry_epoch, memory_order_acquire) &&
-        meta_chunk_rec_decode(pre->val, pre->len, r) == 0) {
-        store__refs_get(tx->st, id, &r->refs);
-        rc = 0;
-    } else {
-        rc = store__chunk_load(tx->st, id, r);
-    }
+    int rc = pre_current(tx->st, pre, id) ? store__chunk_decode(tx->st, id, pre->val, pre->len, r)
+                                          : store__chunk_load(tx->st, id, r);
     if (rc == 0)
         ccache_put(tx, id, r);
     return rc;
