@@ -24,8 +24,15 @@ struct app {
     struct engine *engine;
     struct nbd_server *nbd;
     struct ctl_server *ctl;
+    uv_work_t pool_start;
     int pending_stops;
 };
+
+static void
+pool_start_noop(uv_work_t *w)
+{
+    (void) w;
+}
 
 static void
 close_signals(struct app *app)
@@ -117,6 +124,11 @@ run(struct app *app)
     app->sigint.data = app->sigterm.data = app;
     uv_signal_start(&app->sigint, on_signal, SIGINT);
     uv_signal_start(&app->sigterm, on_signal, SIGTERM);
+    /* libuv starts its worker pool at the first queued job, and a new thread inherits its
+     * creator's name: start it from here rather than from a connection loop, so that an
+     * idle pool thread reads "dedupd", not "dedupd-loop0" (the engine names each one
+     * "dedupd-worker" when it runs its first job). */
+    uv_queue_work(&app->loop, &app->pool_start, pool_start_noop, NULL);
 
     struct nbd_limits limits = {
         .max_connections = cfg->max_connections,

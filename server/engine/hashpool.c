@@ -12,6 +12,7 @@
 
 #include "engine/internal.h"
 #include "util/log.h"
+#include "util/threadname.h"
 
 /* Helpers besides the request's own thread: one fewer than the cores, at most this many. */
 #define HASHPOOL_MAX_HELPERS 7
@@ -61,6 +62,7 @@ static void *
 helper_main(void *arg)
 {
     struct engine_hashpool *hp = arg;
+    threadname_set("hash");
     pthread_mutex_lock(&hp->mu);
     for (;;) {
         while (!hp->stop && !hp->queue)

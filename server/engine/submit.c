@@ -6,10 +6,17 @@
 #include <errno.h>
 
 #include "engine/internal.h"
+#include "util/threadname.h"
 
 static void
 run_op(uv_work_t *w)
 {
+    /* libuv's pool threads are unnamed; they run little else here than these jobs. */
+    static _Thread_local bool named;
+    if (!named) {
+        threadname_set("worker");
+        named = true;
+    }
     struct engine_req *req = w->data;
     if (req->batch_next) { /* engine_submit_writes */
         struct engine_req *reqs[ENGINE_BATCH_MAX];

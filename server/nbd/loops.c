@@ -17,6 +17,7 @@
 
 #include "nbd/internal.h"
 #include "util/log.h"
+#include "util/threadname.h"
 
 void
 nbd__loop_count(struct nbd_loop *lp, int delta)
@@ -107,6 +108,7 @@ static void
 run(void *arg)
 {
     struct nbd_loop *lp = arg;
+    threadname_set("loop%u", (unsigned) (lp - lp->srv->threads));
     uv_run(&lp->own, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&lp->own);
     if (rc < 0)

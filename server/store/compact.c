@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "util/log.h"
+#include "util/threadname.h"
 
 #define GROUP_BYTES (4u << 20)
 /* A group is committed before a record would take it past GROUP_BYTES, so the buffer
@@ -346,6 +347,7 @@ static void *
 compact_main(void *arg)
 {
     struct store *st = arg;
+    threadname_set("compact");
     for (;;) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
