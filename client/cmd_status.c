@@ -48,6 +48,10 @@ print_json(const Dedupd__StatusResult *s)
     json_u64(&j, "index_entries", s->index_entries);
     json_u64(&j, "index_bytes", s->index_bytes);
     json_u64(&j, "index_evictions", s->index_evictions);
+    json_u64(&j, "filter_bytes", s->filter_bytes);
+    json_u64(&j, "filter_building_bytes", s->filter_building_bytes);
+    json_u64(&j, "filter_builds", s->filter_builds);
+    json_u64(&j, "filter_skips", s->filter_skips);
     json_u64(&j, "memory_at_limit", s->memory_at_limit);
     json_u64(&j, "rocksdb_index_estimate", s->rocksdb_index_estimate);
     json_u64(&j, "unique_chunks", s->unique_chunks);
@@ -83,6 +87,15 @@ print_table(const Dedupd__StatusResult *s)
     if (mem)
         printf(", %" PRIu64 " evictions", s->index_evictions);
     printf("\n");
+    if (!mem && s->filter_building_bytes)
+        printf("  in-memory filter:               building, %s (look-ups go to RocksDB "
+               "meanwhile)\n",
+               hsize(s->filter_building_bytes));
+    else if (!mem && s->filter_bytes)
+        printf("  in-memory filter:               %s, built %" PRIu64 " time%s, %" PRIu64
+               " look-ups answered without RocksDB\n",
+               hsize(s->filter_bytes), s->filter_builds, s->filter_builds == 1 ? "" : "s",
+               s->filter_skips);
     printf("  memory back-end at its limit:   %s (%" PRIu64 " entries)\n",
            hsize(s->memory_at_limit), s->limit_nr);
     printf("  rocksdb index on disk (est.):   %s (%" PRIu64 " unique chunks)\n",

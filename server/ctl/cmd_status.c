@@ -60,6 +60,10 @@ ctl__cmd_status(struct ctl_call *call)
     r->index_entries = use.entries;
     r->index_bytes = use.bytes;
     r->index_evictions = use.evictions;
+    r->filter_bytes = use.filter_bytes;
+    r->filter_building_bytes = use.filter_building_bytes;
+    r->filter_builds = use.filter_builds;
+    r->filter_skips = use.filter_skips;
     r->nbd_connections = call->nbd_connections;
     r->nbd_loops = call->nbd_loops;
     r->exports = (uint32_t) n_exports;

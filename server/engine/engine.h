@@ -71,6 +71,8 @@ struct engine_index_usage {
      * share of the bucket array) and the entry limit it gets when none is configured. */
     uint64_t mem_entry_bytes;
     uint64_t mem_default_limit_nr;
+    /* rocksdb: its in-memory filter (struct index_usage) */
+    uint64_t filter_bytes, filter_building_bytes, filter_builds, filter_skips;
 };
 void engine_index_usage(struct engine *e, struct engine_index_usage *out);
 

@@ -231,4 +231,8 @@ engine_index_usage(struct engine *e, struct engine_index_usage *out)
     out->evictions = u.evictions;
     out->mem_entry_bytes = INDEX_MEMORY_ENTRY_BYTES + sizeof(uint32_t);
     out->mem_default_limit_nr = INDEX_MEMORY_DEFAULT_LIMIT_NR;
+    out->filter_bytes = u.filter_bytes;
+    out->filter_building_bytes = u.filter_building_bytes;
+    out->filter_builds = u.filter_builds;
+    out->filter_skips = u.filter_skips;
 }

@@ -1,7 +1,8 @@
 /* index: the hash index — full chunk hash -> chunk id — behind one interface with two
  * back-ends: `rocksdb` (the `hash` column family, persistent, unbounded; the default) and
  * `memory` (a bounded table with LRU eviction, lost on restart).
- * Owns: the back-end state (the memory table; nothing for rocksdb beyond the borrowed meta).
+ * Owns: the back-end state (the memory table; for rocksdb an in-memory filter of its keys,
+ * built in the background from the chunk records in meta, and its builder thread).
  * Knows nothing of exports, the block map or store transactions: inserts are staged in a
  * struct index_batch that carries the store transaction's meta batch; the caller publishes
  * them after that batch committed, so an entry never becomes visible before its chunk
@@ -45,6 +46,11 @@ struct index_usage {
     uint64_t limit_nr;  /* effective entry limit (memory; 0 = unbounded) */
     uint64_t limit_mem; /* as configured (0 = none) */
     uint64_t evictions; /* memory: entries dropped by LRU since open */
+    /* rocksdb: the in-memory filter of its keys (index/filter.c) */
+    uint64_t filter_bytes;          /* in use; 0 while the first build runs */
+    uint64_t filter_building_bytes; /* being built (the filter is off meanwhile) */
+    uint64_t filter_builds;         /* finished since open */
+    uint64_t filter_skips;          /* look-ups it answered without RocksDB */
 };
 
 /* An insert waiting for its store transaction to commit (memory back-end). */

@@ -33,4 +33,35 @@ extern const struct index_ops index__rocksdb_ops;
 int index__batch_push(struct index_batch *b, uint8_t alg, const uint8_t *hash, size_t len,
                       uint64_t chunk_id);
 
+/* ---- filter.c: the rocksdb back-end's in-memory filter of the `hash` keys ---- */
+
+/* Filter size: room for at least this many keys (1.25 MiB), at most this many bytes (room
+ * for ~27 M keys at 10 bits each, 107 GiB of unique 4 KiB chunks; past that the filter
+ * answers "maybe" more often, never "absent" wrongly). */
+#define INDEX_FILTER_MIN_KEYS  (1ULL << 20)
+#define INDEX_FILTER_MAX_BYTES (32ULL << 20)
+
+struct index_filter;
+
+/* Starts the builder thread, which builds the first filter at once; until it is done every
+ * look-up is "maybe". 0, -ENOMEM or -errno of pthread_create. m is borrowed until stop. */
+int index__filter_start(struct meta *m, struct index_filter **out);
+void index__filter_stop(struct index_filter *f); /* joins the builder; NULL is fine */
+/* False only if no key (alg, hash) was committed to `hash` before the filter's build
+ * started nor published since. Any thread. */
+bool index__filter_may_contain(struct index_filter *f, uint8_t alg, const uint8_t *hash,
+                               size_t len);
+/* Adds the staged keys of a committed batch (index_publish). Any thread. */
+void index__filter_add(struct index_filter *f, const struct index_staged *s, size_t n);
+void index__filter_usage(struct index_filter *f, struct index_usage *out);
+/* Tests: start a new build; wait until no build is wanted or running; a function the
+ * builder calls after it took the scan's first snapshot and before it scans; the smallest
+ * size of the next builds and the records each scan reads with one iterator. */
+void index__filter_rebuild(struct index_filter *f);
+void index__filter_wait(struct index_filter *f);
+void index__filter_set_hook(struct index_filter *f, void (*fn)(void *arg), void *arg);
+void index__filter_set_sizes(struct index_filter *f, uint64_t min_keys, uint64_t piece_records);
+/* The filter of an open rocksdb back-end (NULL for other back-ends). */
+struct index_filter *index__rocksdb_filter(struct index *ix);
+
 #endif

@@ -3,8 +3,10 @@
  * Unbounded and persistent: entries are written into the store transaction's own batch, so
  * they commit atomically with the chunk they name (invariants 2 and 3), and the store
  * deletes the entry of a chunk it frees in the same batch, so entries always name live
- * chunks. meta configures a bloom filter on this column family, so a miss (the common case
- * for unique data) costs no disk read. Memory: none of its own beyond RocksDB's caches.
+ * chunks. A miss (the common case for unique data) is mostly answered by an in-memory
+ * filter of every key (filter.c, at most INDEX_FILTER_MAX_BYTES) without RocksDB; the
+ * others cost no disk read either, thanks to the bloom filters meta configures on this
+ * column family.
  * Knows nothing of the store; writes only through the batch handed in. */
 #include <errno.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 struct index_rdb {
     struct index base;
     struct meta *m; /* borrowed from the store */
+    struct index_filter *filter;
 };
 
 static int
@@ -29,6 +32,11 @@ rdb_open(struct meta *m, const struct index_limits *lim, struct index **out)
         return -ENOMEM;
     r->base.ops = &index__rocksdb_ops;
     r->m = m;
+    int rc = index__filter_start(m, &r->filter);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
     *out = &r->base;
     return 0;
 }
@@ -36,7 +44,15 @@ rdb_open(struct meta *m, const struct index_limits *lim, struct index **out)
 static void
 rdb_close(struct index *ix)
 {
-    free(ix);
+    struct index_rdb *r = (struct index_rdb *) ix;
+    index__filter_stop(r->filter);
+    free(r);
+}
+
+struct index_filter *
+index__rocksdb_filter(struct index *ix)
+{
+    return ix && ix->ops == &index__rocksdb_ops ? ((struct index_rdb *) ix)->filter : NULL;
 }
 
 static int
@@ -46,6 +62,8 @@ rdb_lookup(struct index *ix, uint8_t alg, const uint8_t *hash, size_t len, uint6
     uint8_t key[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
     if (len > DEDUPD_HASH_MAX_LEN)
         return -EINVAL;
+    if (!index__filter_may_contain(r->filter, alg, hash, len))
+        return -ENOENT;
     size_t klen = meta_key_hash_encode(key, alg, hash, len);
     ssize_t n = meta_get(r->m, META_CF_HASH, key, klen, val, sizeof(val));
     if (n < 0)
@@ -62,6 +80,9 @@ rdb_stage(struct index *ix, struct index_batch *b, uint8_t alg, const uint8_t *h
     (void) ix;
     if (!b->mb || len > DEDUPD_HASH_MAX_LEN)
         return -EINVAL;
+    int rc = index__batch_push(b, alg, hash, len, chunk_id); /* for the filter at publish */
+    if (rc < 0)
+        return rc;
     uint8_t key[META_HASH_KEY_MAX], val[META_ID_VAL_LEN];
     size_t klen = meta_key_hash_encode(key, alg, hash, len);
     meta_val_id_encode(val, chunk_id);
@@ -72,8 +93,9 @@ rdb_stage(struct index *ix, struct index_batch *b, uint8_t alg, const uint8_t *h
 static void
 rdb_publish(struct index *ix, struct index_batch *b)
 {
-    (void) ix;
-    (void) b; /* the committed batch already made the entries visible */
+    /* The committed batch made the entries visible in RocksDB; now the filter's turn. */
+    struct index_rdb *r = (struct index_rdb *) ix;
+    index__filter_add(r->filter, b->staged, b->n);
 }
 
 static void
@@ -100,6 +122,7 @@ rdb_usage(struct index *ix, struct index_usage *out)
      * seconds and tens of MiB for a status command. `check` counts the entries exactly. */
     out->entries = meta_cf_keys_estimate(r->m, META_CF_HASH);
     out->bytes = meta_cf_size(r->m, META_CF_HASH);
+    index__filter_usage(r->filter, out);
 }
 
 const struct index_ops index__rocksdb_ops = {

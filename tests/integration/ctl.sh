@@ -96,7 +96,8 @@ expect_rc 0 ctl --json status
 cp "$OUT" "$TEST_TMP/status.json"
 for k in enabled backend hash verify default_chunk_size limit_nr limit_mem index_entries \
     index_bytes memory_at_limit rocksdb_index_estimate unique_chunks exports nbd_connections \
-    nbd_loops uptime_sec version protocol sync_error; do
+    nbd_loops uptime_sec version protocol sync_error filter_bytes filter_building_bytes \
+    filter_builds filter_skips; do
     [ "$(jget "$TEST_TMP/status.json" "'$k' in j")" = True ] || fail "status JSON lacks $k"
 done
 [ "$(jget "$TEST_TMP/status.json" "j['enabled']")" = True ] || fail "dedup on by default"
@@ -106,6 +107,19 @@ done
 want_loops=$(nproc); [ "$want_loops" -gt 4 ] && want_loops=4
 [ "$(jget "$TEST_TMP/status.json" "j['nbd_loops']")" = "$want_loops" ] ||
     fail "status: nbd_loops $(jget "$TEST_TMP/status.json" "j['nbd_loops']"), want $want_loops"
+
+# The rocksdb back-end's in-memory filter of its hashes, built in the background at start
+# (at once for an empty store).
+n=0
+while :; do
+    expect_rc 0 ctl --json status
+    [ "$(jget "$OUT" "j['filter_bytes'] > 0 and j['filter_builds'] == 1")" = True ] && break
+    n=$((n + 1))
+    [ $n -lt 100 ] || fail "no hash filter 10 s after start: $(cat "$OUT")"
+    sleep 0.1
+done
+expect_rc 0 ctl status
+grep -q "^  in-memory filter: .*built 1 time," "$OUT" || fail "status table, filter: $(cat "$OUT")"
 
 # ---- enable / disable, persisted across a restart ----
 expect_rc 0 ctl --json disable

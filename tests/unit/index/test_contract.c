@@ -9,75 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "index/index.h"
-#include "meta/meta.h"
+#include "fx.h"
 
 static const char *const backend[] = {"rocksdb", "memory"};
 #define N_BACKENDS 2
-
-struct fx {
-    char dir[64];
-    struct meta *m;
-    struct meta_batch *mb;
-    struct index *ix;
-    struct index_batch b;
-};
-
-static int
-rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void) sb;
-    (void) flag;
-    (void) ftw;
-    return remove(path);
-}
-
-static void
-fx_open(struct fx *f, int which)
-{
-    memset(f, 0, sizeof(*f));
-    strcpy(f->dir, "/tmp/dd-index-XXXXXX");
-    cr_assert_not_null(mkdtemp(f->dir));
-    char db[96];
-    snprintf(db, sizeof(db), "%s/db", f->dir);
-    struct meta_options mo = {.create_if_missing = true};
-    cr_assert_eq(meta_open(db, &mo, &f->m), 0);
-    f->mb = meta_batch_new();
-    cr_assert_not_null(f->mb);
-    cr_assert_eq(index_open(backend[which], f->m, NULL, &f->ix), 0);
-    cr_assert_str_eq(index_name(f->ix), backend[which]);
-    index_batch_init(&f->b);
-    index_batch_reset(&f->b, f->mb);
-}
-
-static void
-fx_close(struct fx *f)
-{
-    index_batch_fini(&f->b);
-    index_close(f->ix);
-    meta_batch_free(f->mb);
-    meta_close(f->m);
-    nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-/* What the engine does after a store transaction committed. */
-static void
-fx_commit(struct fx *f)
-{
-    cr_assert_eq(meta_batch_commit(f->m, f->mb, false), 0);
-    index_publish(f->ix, &f->b);
-    meta_batch_clear(f->mb);
-    index_batch_reset(&f->b, f->mb);
-}
-
-static void
-make_hash(uint8_t h[32], uint32_t seed)
-{
-    for (int i = 0; i < 32; i++) {
-        seed = seed * 1103515245u + 12345u;
-        h[i] = (uint8_t) (seed >> 16);
-    }
-}
 
 #define CONTRACT_TEST(name)                                                                        \
     ParameterizedTestParameters(contract, name)                                                    \
@@ -90,7 +25,7 @@ make_hash(uint8_t h[32], uint32_t seed)
 CONTRACT_TEST(empty_lookup_is_enoent)
 {
     struct fx f;
-    fx_open(&f, *which);
+    fx_open(&f, backend[*which]);
     uint8_t h[32];
     uint64_t id = 7;
     make_hash(h, 1);
@@ -102,7 +37,7 @@ CONTRACT_TEST(empty_lookup_is_enoent)
 CONTRACT_TEST(staged_entry_is_visible_only_after_commit_and_publish)
 {
     struct fx f;
-    fx_open(&f, *which);
+    fx_open(&f, backend[*which]);
     uint8_t h[32];
     uint64_t id = 0;
     make_hash(h, 2);
@@ -117,7 +52,7 @@ CONTRACT_TEST(staged_entry_is_visible_only_after_commit_and_publish)
 CONTRACT_TEST(abandoned_stage_never_appears)
 {
     struct fx f;
-    fx_open(&f, *which);
+    fx_open(&f, backend[*which]);
     uint8_t h[32];
     uint64_t id;
     make_hash(h, 3);
@@ -133,7 +68,7 @@ CONTRACT_TEST(abandoned_stage_never_appears)
 CONTRACT_TEST(hash_algorithms_are_kept_apart)
 {
     struct fx f;
-    fx_open(&f, *which);
+    fx_open(&f, backend[*which]);
     uint8_t h[32];
     uint64_t id;
     make_hash(h, 4);
@@ -153,7 +88,7 @@ CONTRACT_TEST(hash_algorithms_are_kept_apart)
 CONTRACT_TEST(restaging_a_hash_replaces_its_chunk)
 {
     struct fx f;
-    fx_open(&f, *which);
+    fx_open(&f, backend[*which]);
     uint8_t h[32];
     uint64_t id;
     make_hash(h, 5);
@@ -169,7 +104,7 @@ CONTRACT_TEST(restaging_a_hash_replaces_its_chunk)
 CONTRACT_TEST(remove_drops_only_the_entry_naming_that_chunk)
 {
     struct fx f;
-    fx_open(&f, *which);
+    fx_open(&f, backend[*which]);
     uint8_t h[32];
     uint64_t id;
     make_hash(h, 6);
@@ -188,7 +123,7 @@ CONTRACT_TEST(remove_drops_only_the_entry_naming_that_chunk)
 CONTRACT_TEST(many_entries_round_trip_and_are_counted)
 {
     struct fx f;
-    fx_open(&f, *which);
+    fx_open(&f, backend[*which]);
     enum { N = 5000 };
     uint8_t h[32];
     cr_assert_eq(index_batch_reserve(&f.b, N), 0);
