@@ -5,11 +5,12 @@
  * chunks indexed that was 39% of the server's CPU while writing unique data.
  *
  * One blocked bloom filter (util/bloom.h) for the whole index. Built by a background
- * thread that scans the chunk records: at open, and again when the keys added since the last build
- * fill it (grown to twice RocksDB's estimate of the live keys, at most
+ * thread that scans the chunk records: at open, and again when the keys added since the
+ * last build fill it (grown to twice RocksDB's estimate of the live keys, at most
  * INDEX_FILTER_MAX_BYTES) or, once at that size, after a quarter of its capacity more,
  * since keys of freed chunks stay in a bloom filter as false "maybe"s. While a build runs
- * there is no filter and every look-up goes to RocksDB, as before the filter existed.
+ * there is no filter and every look-up goes to RocksDB, as before the filter existed; so
+ * too after a build failed (logged), until the next start.
  *
  * Never a false "absent": keys enter at index_publish, after their batch committed. The
  * builder first installs the new filter as `building`, so every later publish reaches it,
@@ -55,8 +56,8 @@ struct index_filter {
     void *hook_arg;
 };
 
-/* splitmix64's finalizer: the filter's bits must not depend on which hash algorithm made
- * the key (xxh3-128 keys are shorter than SHA-256 ones). */
+/* splitmix64's finalizer. The keys are digests already, but of two algorithms, and the
+ * filter takes its block and its bits from different halves of one 64-bit value. */
 static uint64_t
 mix64(uint64_t z)
 {
