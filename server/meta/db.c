@@ -665,9 +665,16 @@ meta_memtable_limit(void)
 uint64_t
 meta_cf_size(struct meta *m, enum meta_cf cf)
 {
-    uint64_t sst = 0, mem = 0;
+    uint64_t sst = 0, mem = 0, imm = 0;
     rocksdb_property_int_cf(m->db, meta__cf(m, cf), "rocksdb.total-sst-files-size", &sst);
     rocksdb_property_int_cf(m->db, meta__cf(m, cf), "rocksdb.cur-size-all-mem-tables", &mem);
+    if (cf == META_CF_HASH) {
+        /* Each `hash` memtable's arena starts with its bucket array, which no SST file will
+         * hold: without this an index of a few thousand entries reported 9 MiB. */
+        rocksdb_property_int_cf(m->db, meta__cf(m, cf), "rocksdb.num-immutable-mem-table", &imm);
+        uint64_t buckets = (1 + imm) * HASH_MEMTABLE_BUCKETS * sizeof(void *);
+        mem = mem > buckets ? mem - buckets : 0;
+    }
     return sst + mem;
 }
 

@@ -109,7 +109,8 @@ const void *meta_iter_value(const struct meta_iter *it, size_t *vlen);
 /* 0, or -EIO when iteration stopped on a database error rather than the end. */
 int meta_iter_status(const struct meta_iter *it);
 
-/* Approximate on-disk bytes of one column family (SST + memtables), for stats/estimates. */
+/* Approximate on-disk bytes of one column family (SST + memtables, the latter without the
+ * `hash` memtables' bucket arrays), for stats/estimates. */
 uint64_t meta_cf_size(struct meta *m, enum meta_cf cf);
 /* RocksDB's estimate of the live keys in a column family (rocksdb.estimate-num-keys): exact
  * while nothing was deleted, close otherwise; costs no scan. */

@@ -320,6 +320,28 @@ Test(db, cf_size_grows_with_data)
     meta_close(m);
 }
 
+Test(db, hash_cf_size_counts_entries_not_bucket_arrays)
+{
+    struct meta *m = open_ok(true);
+    /* An empty `hash` memtable already holds its bucket array (8 MiB). */
+    cr_assert_lt(meta_cf_size(m, META_CF_HASH), 64 * 1024);
+    struct meta_batch *b = meta_batch_new();
+    uint8_t k[33], v[8] = {0};
+    for (int i = 0; i < 1000; i++) {
+        memset(k, 0, sizeof(k));
+        k[0] = 1;
+        memcpy(k + 1, &i, sizeof(i));
+        meta_batch_put(b, META_CF_HASH, k, sizeof(k), v, sizeof(v));
+    }
+    cr_assert_eq(meta_batch_commit(m, b, false), 0);
+    meta_batch_free(b);
+    uint64_t s = meta_cf_size(m, META_CF_HASH);
+    cr_assert_gt(s, 1000 * (sizeof(k) + sizeof(v)), "size %llu", (unsigned long long) s);
+    /* The arena's first 1 MiB block, not the bucket array's 8 MiB. */
+    cr_assert_lt(s, 2 * 1024 * 1024, "size %llu", (unsigned long long) s);
+    meta_close(m);
+}
+
 Test(db, batch_find_reports_the_last_change_to_a_key)
 {
     struct meta_batch *b = meta_batch_new();
