@@ -2,7 +2,11 @@
 # bench/profile.sh: where a server spends its CPU during one workload, with perf.
 #
 #   bench/profile.sh [--server dedupd-rocksdb] [--workload unique] [--size 512M]
-#                    [--call-graph fp|dwarf]
+#                    [--call-graph fp|dwarf|none]
+#
+# --call-graph none records samples without stacks: only the flat profile, and less
+# overhead in the workload. Before a write workload the page cache is written back and, as
+# root, dropped with the source read back in, as bench/run.sh does before its timed writes.
 #
 # Workloads: unique | dup | zero (nbdcopy writes, as in run.sh), read (unique data written
 # first, untimed, then read back), randwrite | randread (fio 4 KiB QD16 for 10 s over a
@@ -32,6 +36,9 @@ done
 case $workload in unique | dup | zero | read | randwrite | randread) ;; *)
     echo "profile.sh: unknown workload '$workload'" >&2; exit 2 ;;
 esac
+case $cg in fp | dwarf | none) ;; *)
+    echo "profile.sh: --call-graph takes fp, dwarf or none, not '$cg'" >&2; exit 2 ;;
+esac
 command -v perf >/dev/null || { echo "profile.sh: needs perf (linux-perf)" >&2; exit 1; }
 srv_available "$server" || { echo "profile.sh: $server is not available (dedupd not built?)" >&2; exit 1; }
 size_b=$(to_bytes "$size")
@@ -55,8 +62,17 @@ read | randwrite | randread)
     nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI" ;;
 esac
 
+# As bench/run.sh does before its timed phases: the page cache written back and, before a
+# write (as root), dropped with the source read back in — the copy into the page cache costs
+# several times more in a guest whose free memory was never touched or was handed back.
+case $workload in
+unique | dup | zero) page_cache_reset "$src" ;;
+*) sync ;;
+esac
 base=$out/profile-$server-$workload
-perf record -F 999 --call-graph "$cg" -p "$SRV_PID" -o "$base.data" >/dev/null 2>"$work/perf.log" &
+cg_args=(--call-graph "$cg")
+[ "$cg" = none ] && cg_args=()
+perf record -F 999 "${cg_args[@]}" -p "$SRV_PID" -o "$base.data" >/dev/null 2>"$work/perf.log" &
 perf_pid=$!
 sleep 0.5
 t0=$(now_ns)
@@ -77,10 +93,12 @@ perf_pid=""
     echo "# flat profile (self time)"
     perf report -i "$base.data" --stdio --no-children -g none --percent-limit 0.5 2>/dev/null |
         grep -v '^$'
-    echo
-    echo "# callers of the top symbols"
-    perf report -i "$base.data" --stdio --no-children -G --percent-limit 5 2>/dev/null |
-        grep -v '^$' | head -n 200
+    if [ "$cg" != none ]; then
+        echo
+        echo "# callers of the top symbols"
+        perf report -i "$base.data" --stdio --no-children -G --percent-limit 5 2>/dev/null |
+            grep -v '^$' | head -n 200
+    fi
 } >"$base.txt"
 echo "profile.sh: wrote $base.txt" >&2
 head -n 30 "$base.txt"
