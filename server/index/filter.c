@@ -246,7 +246,13 @@ index__filter_start(struct meta *m, struct index_filter **out)
     if (!f)
         return -ENOMEM;
     f->m = m;
-    pthread_rwlock_init(&f->lock, NULL);
+    /* Writer-preferring: glibc's default lets a steady stream of look-ups keep the builder
+     * waiting to swap filters. No reader here takes the lock twice, as this kind requires. */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&f->lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     f->min_keys = INDEX_FILTER_MIN_KEYS;
