@@ -101,10 +101,10 @@ stopping(struct index_filter *f)
  * `hash` family names (an entry is written and deleted in the same batch as its chunk) —
  * not from `hash` itself, whose hash-bucketed memtable an iterator first copies into
  * sorted order: ~30 MiB and a second of CPU per full memtable. The scan takes a new
- * iterator every SCAN_PIECE_RECORDS records (f->piece): one holds on to every memtable it started
- * with, flushed or not (up to 64 MiB each while writes go on). A key deleted between two snapshots
- * is gone anyway; one committed after the first is published into nb. 0, -ECANCELED (stopping),
- * -ENOMEM or -EIO. */
+ * iterator every SCAN_PIECE_RECORDS records (f->piece): one holds on to every memtable it
+ * started with, flushed or not (up to 64 MiB each while writes go on). A key deleted
+ * between two snapshots is gone anyway; one committed after the first is published into
+ * nb. 0, -ECANCELED (stopping), -ENOMEM or -EIO. */
 static int
 scan_chunks(struct index_filter *f, struct bloom *nb, uint64_t *n)
 {

@@ -49,9 +49,9 @@
 #define FORMAT_KEY           "format_version"
 
 /* Bucket heads come out of the memtable's own 64 MiB (8 MiB of them), so more buckets
- * cost no memory, only slightly earlier flushes. A full `hash` memtable holds ~1 M entries:
- * at 2^18 buckets each insert and look-up walked a sorted chain of up to ~4 scattered nodes (7% of
- * a unique write's CPU in the chain walks); at 2^20 about one. */
+ * cost no memory, only slightly earlier flushes. A full `hash` memtable holds ~1 M
+ * entries: at 2^18 buckets each insert and look-up walked a sorted chain of up to ~4
+ * scattered nodes (7% of a unique write's CPU in the chain walks); at 2^20 about one. */
 #define HASH_MEMTABLE_BUCKETS (1u << 20)
 
 static const char *const cf_names[META_CF__COUNT + 1] = {
