@@ -149,7 +149,7 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
     size_t sz_r = n * sizeof(struct meta_chunk_rec), sz_ok = n * sizeof(bool);
     size_t sz_it = k * sizeof(struct rv_item), sz_iov = 2 * run_cap * sizeof(struct iovec);
     size_t sz_h = run_cap * STORE_RECORD_HDR_LEN, sz_loc = n * sizeof(struct store_loc);
-    uint8_t *mem = malloc(sz_r + sz_loc + sz_it + sz_iov + sz_h + sz_ok);
+    uint8_t *mem = malloc(sz_r + sz_loc + sz_it + sz_iov + sz_h + 2 * sz_ok);
     if (!mem)
         return nowait ? -EAGAIN : -ENOMEM;
     struct meta_chunk_rec *recs = (struct meta_chunk_rec *) mem;
@@ -158,7 +158,8 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
     struct iovec *iov = (struct iovec *) (mem + sz_r + sz_loc + sz_it);
     uint8_t *hdrs = mem + sz_r + sz_loc + sz_it + sz_iov;
     bool *ok = (bool *) (hdrs + sz_h);
-    memset(ok, 0, sz_ok);
+    bool *hit = ok + n; /* the location came from the cache */
+    memset(ok, 0, 2 * sz_ok);
 
     int rc = 0;
     /* Locations the cache knows first: hot shared chunks have thousands of versions of
@@ -170,6 +171,7 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
         if (!ids[i])
             continue;
         if (ok[i] && locs[i].len == len) {
+            hit[i] = true;
             recs[i] = (struct meta_chunk_rec){.seg = locs[i].seg,
                                               .off = locs[i].off,
                                               .raw_len = len,
@@ -206,6 +208,16 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
         read_run(st, ids, bufs, len, recs, ok, i, b, hdrs, iov, nowait);
         i = b;
     }
+    /* Locations the iterator found go into the cache once their records checked out, as
+     * store_chunk_read's do: without this, data not written since the server started was
+     * read through a worker and an iterator every time (the event loop's cached read
+     * declined), a fifth slower than data written since (docs/benchmarks.md, item 39). */
+    for (size_t i = 0; rc == 0 && st->loc && i < n; i++)
+        if (ids[i] && ok[i] && !hit[i])
+            store__loc_chunk_put(st, ids[i],
+                                 &(struct store_loc){.seg = recs[i].seg,
+                                                     .off = recs[i].off,
+                                                     .len = recs[i].stored_len});
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (!ids[i] || ok[i])
             continue;
