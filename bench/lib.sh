@@ -18,6 +18,9 @@
 #                             source data stays in memory)
 #   make_random / make_dup FILE BYTES SEED   source data (unique / one 1 MiB block repeated)
 #
+# DEDUPD_EXTRA_ARGS: more dedupd options for experiments (split into words), e.g.
+# --no-compaction or --log-level info; the published runs leave it empty.
+#
 # Every server binds 127.0.0.1 only, on a port the kernel picked; every wait is bounded.
 
 BENCH_ROOT=${BENCH_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -169,7 +172,7 @@ EOF
     dedupd-*)
         mkdir -p "$SRV_DIR/data"
         "$DEDUPD_BIN" -d "$SRV_DIR/data" -l "127.0.0.1:$port" --default-export-size "$size" \
-            --log-level warn >"$SRV_DIR/server.log" 2>&1 &
+            --log-level warn ${DEDUPD_EXTRA_ARGS:-} >"$SRV_DIR/server.log" 2>&1 &
         SRV_PID=$!
         ;;
     *)
