@@ -7,7 +7,7 @@ set -euo pipefail
 build_pkgs=(
     build-essential cmake pkg-config
     libuv1-dev libssl-dev librocksdb-dev libprotobuf-c-dev protobuf-c-compiler
-    libinih-dev libxxhash-dev libzstd-dev liblz4-dev
+    libinih-dev libxxhash-dev libzstd-dev liblz4-dev libisal-dev
 )
 test_pkgs=(
     libcriterion-dev valgrind clang libclang-rt-14-dev
