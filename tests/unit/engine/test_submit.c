@@ -165,6 +165,78 @@ Test(submit, read_nowait_answers_cached_reads_and_declines_the_rest)
     fx_close(&f);
 }
 
+/* Asserts that the nowait extents of [off, off+len) are engine_extents_opt's (ALLOC_ONLY). */
+static void
+expect_same_extents(struct fx *f, uint64_t off, uint64_t len, size_t cap)
+{
+    struct engine_extent a[16], b[16];
+    int na = engine_extents_nowait(f->ex, off, len, a, cap);
+    int nb = engine_extents_opt(f->ex, off, len, b, cap, ENGINE_EXTENTS_ALLOC_ONLY);
+    cr_assert_gt(nb, 0);
+    cr_assert_eq(na, nb, "off %lu len %lu cap %zu", (unsigned long) off, (unsigned long) len, cap);
+    for (int i = 0; i < na; i++) {
+        cr_assert_eq(a[i].len, b[i].len, "run %d", i);
+        cr_assert_eq(a[i].flags, b[i].flags, "run %d", i);
+    }
+}
+
+/* engine_extents_nowait: the runs engine_extents_opt gives for holes and data, from the
+ * cached map entries; a prefix of a long range; declines what it must leave to a worker. */
+Test(submit, extents_nowait_answers_like_the_worker_and_declines_the_rest)
+{
+    struct fx f;
+    fx_open(&f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct ctx c = {.loop_thread = pthread_self()};
+    uint8_t data[CS];
+    fx_fill(data, sizeof(data), 5);
+    for (uint64_t idx = 2; idx < 9; idx += (idx == 3 ? 2 : 1)) { /* 2, 3, 5..8 */
+        struct engine_req w = {
+            .op = ENGINE_OP_WRITE, .ex = f.ex, .off = idx * CS, .len = CS, .buf = data};
+        cr_assert_eq(run(&loop, &w, &c), 0);
+    }
+    expect_same_extents(&f, 0, 12 * CS, 16);
+    expect_same_extents(&f, 100, 8 * CS - 100, 16); /* partial first and last chunks */
+    expect_same_extents(&f, 2 * CS + 1, 1, 16);     /* one byte of data */
+    expect_same_extents(&f, 0, 12 * CS, 2);         /* a short array: the same prefix */
+    expect_same_extents(&f, 0, 12 * CS, 1);
+
+    /* Longer than one call looks at: a prefix ending on a chunk edge, all a hole here. */
+    struct engine_extent ext[4];
+    uint64_t off = 20 * CS + 7, far = FX_SIZE - off; /* 16363 chunks */
+    cr_assert_eq(engine_extents_nowait(f.ex, off, far, ext, 4), 1);
+    cr_assert_eq(ext[0].flags, ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
+    cr_assert_eq(ext[0].len, (20 + (uint64_t) ENGINE_EXTENTS_NOWAIT_MAX) * CS - off);
+
+    /* Declined: empty, out of range, no room. */
+    cr_assert_eq(engine_extents_nowait(f.ex, 0, 0, ext, 4), -EAGAIN);
+    cr_assert_eq(engine_extents_nowait(f.ex, FX_SIZE - CS, 2 * CS, ext, 4), -EAGAIN);
+    cr_assert_eq(engine_extents_nowait(f.ex, 0, CS, ext, 0), -EAGAIN);
+
+    /* A change submitted but not yet run: the extents must not overtake it. */
+    struct engine_req w2 = {.op = ENGINE_OP_WRITE,
+                            .ex = f.ex,
+                            .off = 10 * CS,
+                            .len = CS,
+                            .buf = data,
+                            .done = on_done,
+                            .user = &c};
+    c.done = 0;
+    cr_assert_eq(engine_submit(&loop, &w2), 0);
+    cr_assert_eq(engine_extents_nowait(f.ex, 9 * CS, 3 * CS, ext, 4), -EAGAIN);
+    cr_assert_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    cr_assert_eq(c.done, 1);
+    cr_assert_eq(w2.result, 0);
+    /* Done: chunk 10 is data now. */
+    cr_assert_eq(engine_extents_nowait(f.ex, 9 * CS, 3 * CS, ext, 4), 3);
+    cr_assert_eq(ext[1].flags, 0);
+    cr_assert_eq(ext[1].len, CS);
+
+    cr_assert_eq(uv_loop_close(&loop), 0);
+    fx_close(&f);
+}
+
 struct order {
     int n;
     struct engine_req *seen[8];
