@@ -164,14 +164,6 @@ int engine_extents(struct engine_export *ex, uint64_t off, uint64_t len, struct 
 #define ENGINE_EXTENTS_ALLOC_ONLY (1u << 0)
 int engine_extents_opt(struct engine_export *ex, uint64_t off, uint64_t len,
                        struct engine_extent *ext, size_t cap, unsigned flags);
-/* engine_extents_opt with ENGINE_EXTENTS_ALLOC_ONLY for the event loop: never blocks.
- * Answers from the cached map entries alone, for at most ENGINE_EXTENTS_NOWAIT_MAX chunks
- * (a longer range gets runs covering a prefix, as engine_extents may give), or returns
- * -EAGAIN when it cannot — an entry not cached, a change to the export queued or holding
- * the chunks, a bad range — and the caller then submits the request. Any thread. */
-#define ENGINE_EXTENTS_NOWAIT_MAX 8192
-int engine_extents_nowait(struct engine_export *ex, uint64_t off, uint64_t len,
-                          struct engine_extent *ext, size_t cap);
 
 /* ---- the async door (loop thread) ---- */
 

@@ -1,6 +1,5 @@
 /* read.c: the read path (unmapped chunks read as zeros; mapped ones come CRC-checked from
- * the store, invariant 5) and block-status extents (holes, zeros, shared chunks), each
- * with a twin for the event loop that answers from memory or declines.
+ * the store, invariant 5) and block-status extents (holes, zeros, shared chunks).
  * Reads take their chunks' range lock shared, so they never see half of a concurrent
  * multi-chunk write to the same chunks. Knows nothing of NBD. */
 #include <errno.h>
@@ -288,46 +287,4 @@ engine_extents_opt(struct engine_export *ex, uint64_t off, uint64_t len, struct 
     if (!b.full && b.cursor <= last)
         emit(&b, b.cursor, last + 1, ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
     return (int) b.n;
-}
-
-int
-engine_extents_nowait(struct engine_export *ex, uint64_t off, uint64_t len,
-                      struct engine_extent *ext, size_t cap)
-{
-    struct engine *e = ex->e;
-    struct engine_xstate *xs = ex->xs;
-    if (len == 0 || cap == 0 || !ext || !engine__range_ok(xs, off, len) ||
-        atomic_load_explicit(&xs->changes_queued, memory_order_acquire) != 0)
-        return -EAGAIN;
-    const uint32_t cs = xs->rec.chunk_size;
-    const uint64_t first = off / cs;
-    uint64_t last = (off + len - 1) / cs;
-    if (last - first >= ENGINE_EXTENTS_NOWAIT_MAX)
-        last = first + ENGINE_EXTENTS_NOWAIT_MAX - 1; /* a prefix, ending on a chunk edge */
-    const uint64_t n = last - first + 1;
-    uint64_t ids_small[64];
-    uint64_t *ids = n <= 64 ? ids_small : malloc(n * sizeof(*ids));
-    if (!ids)
-        return -EAGAIN;
-    struct ext_builder b = {
-        .e = e,
-        .alloc_only = true,
-        .off = off,
-        .end = (last + 1) * cs < off + len ? (last + 1) * cs : off + len,
-        .cs = cs,
-        .cursor = first,
-        .ext = ext,
-        .cap = cap,
-    };
-    int rc = -EAGAIN;
-    struct engine_chunkrange r;
-    if (engine__chunklock_try(&xs->lock, &r, first, last, false)) {
-        rc = store_map_get_range_cached(e->st, xs->id, first, n, ids);
-        engine__chunklock_release(&xs->lock, &r);
-    }
-    for (uint64_t i = 0; rc == 0 && i < n && !b.full; i++)
-        emit(&b, first + i, first + i + 1, ids[i] ? 0 : ENGINE_EXT_HOLE | ENGINE_EXT_ZERO);
-    if (ids != ids_small)
-        free(ids);
-    return rc < 0 ? -EAGAIN : (int) b.n;
 }

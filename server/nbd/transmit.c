@@ -148,15 +148,6 @@ start(struct nbd_conn *c, struct nbd_req *req)
         er->flags = (c->meta_ctx & (1u << NBD_CTX_DEDUPD_SHARED)) ? 0 : ENGINE_EXTENTS_ALLOC_ONLY;
         er->ext = req->ext;
         er->ext_cap = cap;
-        /* Holes and data of cached map entries are answered here, as small reads are:
-         * nbdcopy asks for base:allocation ahead of everything it copies. */
-        if (er->flags & ENGINE_EXTENTS_ALLOC_ONLY) {
-            int n = engine_extents_nowait(c->ex, req->off, req->len, req->ext, cap);
-            if (n > 0) {
-                nbd__reply(req, n);
-                return;
-            }
-        }
         break;
     }
     default:

@@ -119,18 +119,6 @@ check(ours[3] == (64 * 1024, SHARED), "ours: shared copy %r" % ours)
 seen.clear()
 h.block_status(512 * 1024, 0, extent_cb, nbd.CMD_FLAG_REQ_ONE)
 check(len(seen["base:allocation"]) == 1 and len(seen["x-dedupd:shared"]) == 1, "REQ_ONE %r" % seen)
-# base:allocation alone (what nbdcopy asks): answered on the event loop from the cached map
-# entries when it can; the same runs, and a long range gets a prefix or all of it.
-hb = handle(contexts=["base:allocation"])
-seen.clear()
-hb.block_status(512 * 1024, 0, extent_cb)
-check(seen["base:allocation"][:2] == base[:2], "base alone %r vs %r" % (seen, base))
-seen.clear()
-hb.block_status(512 * MiB, 0, extent_cb)
-long_runs = seen["base:allocation"]
-check(long_runs[:2] == base[:2] and sum(r[0] for r in long_runs) >= 32 * MiB,
-      "base alone, long range %r" % long_runs[:4])
-hb.shutdown()
 
 # ---- zeroes, trim, cache, flush ----
 h.zero(64 * 1024, 0, nbd.CMD_FLAG_NO_HOLE | nbd.CMD_FLAG_FAST_ZERO)

@@ -490,11 +490,3 @@ engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *b
     (void) ex, (void) off, (void) len, (void) buf;
     return -EAGAIN; /* every read goes through engine_submit, with its delays */
 }
-
-int
-engine_extents_nowait(struct engine_export *ex, uint64_t off, uint64_t len,
-                      struct engine_extent *ext, size_t cap)
-{
-    (void) ex, (void) off, (void) len, (void) ext, (void) cap;
-    return -EAGAIN; /* as reads: through engine_submit, where the tests count and fail them */
-}
