@@ -9,8 +9,10 @@
 # root, dropped with the source read back in, as bench/run.sh does before its timed writes.
 #
 # Workloads: unique | dup | zero (nbdcopy writes, as in run.sh), read (unique data written
-# first, untimed, then read back), randwrite | randread (fio 4 KiB QD16 for 10 s over a
-# prefilled export). Only the workload itself is recorded (perf record -p on the server).
+# first, untimed, then read back), overwrite (unique data written first, untimed, then other
+# unique data written over it: what a file system rewriting its blocks costs, 2-3x a first
+# write — docs/benchmarks.md, "Measured after item 39"), randwrite | randread (fio 4 KiB
+# QD16 for 10 s over a prefilled export). Only the workload itself is recorded (perf record -p on the server).
 # Output: bench/out/profile-SERVER-WORKLOAD.{data,txt}; the .txt holds the flat profile
 # (self time by symbol) and the callers of the top symbols. Use it to write "what bounds the
 # numbers" in docs/benchmarks.md.
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
     *) echo "profile.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
 done
-case $workload in unique | dup | zero | read | randwrite | randread) ;; *)
+case $workload in unique | dup | zero | read | overwrite | randwrite | randread) ;; *)
     echo "profile.sh: unknown workload '$workload'" >&2; exit 2 ;;
 esac
 case $cg in fp | dwarf | none) ;; *)
@@ -55,11 +57,16 @@ dup) make_dup "$src" "$size_b" "profile-$$-$(date +%s%N)" ;;
 zero) truncate -s "$size_b" "$src" ;;
 *) make_random "$src" "$size_b" "profile-$$-$(date +%s%N)" ;;
 esac
+src2=$work/src2.bin # overwrite: what goes over src
+[ "$workload" = overwrite ] && make_random "$src2" "$size_b" "profile2-$$-$(date +%s%N)"
 
 srv_start "$server" "$work/srv" "$size_b" || { echo "profile.sh: $SRV_ERR" >&2; exit 1; }
 case $workload in
 read | randwrite | randread)
     nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI" ;;
+overwrite)
+    nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI"
+    srv_settle 60 ;;
 esac
 
 # As bench/run.sh does before its timed phases: the page cache written back and, before a
@@ -67,6 +74,7 @@ esac
 # several times more in a guest whose free memory was never touched or was handed back.
 case $workload in
 unique | dup | zero) page_cache_reset "$src" ;;
+overwrite) page_cache_reset "$src2" ;;
 *) sync ;;
 esac
 base=$out/profile-$server-$workload
@@ -78,6 +86,7 @@ sleep 0.5
 t0=$(now_ns)
 case $workload in
 unique | dup | zero) nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI" ;;
+overwrite) nbdcopy --connections=4 --threads=4 "$src2" "$SRV_URI" ;;
 read) nbdcopy --connections=4 --threads=4 "$SRV_URI" null: ;;
 randwrite | randread)
     fio --name=p --ioengine=nbd --uri="$SRV_URI" --rw="$workload" --bs=4k --iodepth=16 \
