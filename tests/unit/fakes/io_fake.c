@@ -30,6 +30,7 @@ struct ffile {
 static struct ffile *files[MAX_FILES];
 static struct ffile *fds[MAX_FILES];
 static bool failing;
+static uint64_t bytes_read; /* by preadv, since install */
 static unsigned syncs_to_fail;
 static uint64_t rng;
 
@@ -188,6 +189,7 @@ f_preadv(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
         memcpy(iov[i].iov_base, f->cur + off, n);
         off += n;
         done += (ssize_t) n;
+        bytes_read += n;
         if (n < iov[i].iov_len)
             break;
     }
@@ -478,4 +480,10 @@ io_fake_power_cut(uint64_t seed)
         f->name_durable = true;
     }
     return lost;
+}
+
+uint64_t
+io_fake_bytes_read(void)
+{
+    return bytes_read;
 }

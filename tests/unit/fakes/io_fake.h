@@ -29,5 +29,7 @@ void io_fake_fail_syncs(unsigned n);
 unsigned io_fake_power_cut(uint64_t seed);
 /* Bytes of unsynced writes currently held. */
 uint64_t io_fake_unsynced_bytes(void);
+/* Bytes the store has read through the fake since it was first installed. */
+uint64_t io_fake_bytes_read(void);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "fakes/io_fake.h"
 #include "helpers.h"
 #include "util/log.h"
 
@@ -124,6 +125,39 @@ Test(compact, disk_bytes_go_down_after_a_full_overwrite)
     cr_assert_lt(after.segments, before.segments);
     cr_assert_eq(after.compactions, res.segments_compacted);
     expect_blocks_across_reopen(st, seed_of);
+}
+
+/* A segment with nothing live left is read once before its file goes (to make sure no
+ * chunk entry still names a record in it), not twice: there is nothing to move. Only the
+ * segment the two writes shared still has live records and is walked again to move them. */
+Test(compact, a_dead_segment_is_read_once)
+{
+    io_fake_install();
+    struct store_options o = {.seg_bytes = 64 << 10};
+    struct store *st = NULL;
+    char sub[256];
+    snprintf(sub, sizeof(sub), "%s/fake", dir);
+    cr_assert_eq(store_open(sub, &o, &st), 0);
+    uint64_t seed_of[NBLK];
+    write_blocks(st, 1000, 1);
+    write_blocks(st, 5000, 1); /* every old chunk is freed */
+    for (unsigned b = 0; b < NBLK; b++)
+        seed_of[b] = 5000 + b;
+    uint64_t before = io_fake_bytes_read();
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, false, NULL, NULL, &res), 0);
+    uint64_t read = io_fake_bytes_read() - before;
+    cr_log_info("%lu segments, %lu bytes reclaimed, %lu read",
+                (unsigned long) res.segments_compacted, (unsigned long) res.bytes_reclaimed,
+                (unsigned long) read);
+    cr_assert_geq(res.segments_compacted, NBLK * 4160ull / (64 << 10) - 1);
+    cr_assert_lt(read, res.bytes_reclaimed + res.bytes_reclaimed / 4,
+                 "%lu bytes read to remove %lu", (unsigned long) read,
+                 (unsigned long) res.bytes_reclaimed);
+    expect_blocks(st, seed_of);
+    expect_clean(st);
+    store_close(st);
+    io_fake_uninstall();
 }
 
 Test(compact, live_records_are_moved_and_survive_reopen)
