@@ -12,7 +12,8 @@
 # first, untimed, then read back), overwrite (unique data written first, untimed, then other
 # unique data written over it: what a file system rewriting its blocks costs, 2-3x a first
 # write — docs/benchmarks.md, "Measured after item 39"), randwrite | randread (fio 4 KiB
-# QD16 for 10 s over a prefilled export). Only the workload itself is recorded (perf record -p on the server).
+# QD16 for 10 s over a prefilled export). Only the workload itself is recorded (perf record
+# -p on the server).
 # Output: bench/out/profile-SERVER-WORKLOAD.{data,txt}; the .txt holds the flat profile
 # (self time by symbol) and the callers of the top symbols. Use it to write "what bounds the
 # numbers" in docs/benchmarks.md.

@@ -313,7 +313,7 @@ run_pass(struct pass *p, bool force)
         /* Nothing live by the accounting (a sealed segment only loses live records, and
          * only this pass moves them): no walk to find records to move — finish_segment
          * still walks it once to make sure before the file goes. A sequential overwrite
-         * leaves whole segments dead; reading each twice was most of compaction's CPU. */
+         * leaves whole segments dead, and each was read twice (docs/benchmarks.md, 41). */
         pthread_mutex_lock(&st->commit_lock);
         bool nothing_live = sg->live == 0;
         pthread_mutex_unlock(&st->commit_lock);
