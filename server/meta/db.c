@@ -99,6 +99,7 @@ free_options(struct meta *m)
         rocksdb_block_based_options_destroy(m->table_opts);
     if (m->cache)
         rocksdb_cache_destroy(m->cache);
+    meta__sweep_fini(m); /* the options and the database are gone: nothing calls it now */
 }
 
 /* The `hash` CF's prefix extractor: the first HASH_PREFIX_LEN bytes, or the whole key if
@@ -158,6 +159,9 @@ make_options(struct meta *m, uint64_t cache_bytes)
     if (!m->cache || !m->table_opts || !m->db_opts || !m->cf_opts || !m->hash_opts || !m->ropts ||
         !m->ropts_cached || !m->wopts || !m->fopts || !m->fopts_nowait)
         return -ENOMEM;
+    int rc = meta__sweep_init(m);
+    if (rc)
+        return rc;
     rocksdb_readoptions_set_read_tier(m->ropts_cached, 1); /* kBlockCacheTier */
 
     rocksdb_block_based_options_set_block_cache(m->table_opts, m->cache);

@@ -1,7 +1,8 @@
-/* meta/internal.h: what db.c, batch.c and iter.c share. Not included outside meta/. */
+/* meta/internal.h: what db.c, batch.c, iter.c and sweep.c share. Not included outside meta/. */
 #ifndef DD_META_INTERNAL_H
 #define DD_META_INTERNAL_H
 
+#include <pthread.h>
 #include <rocksdb/c.h>
 
 #include "meta/meta.h"
@@ -22,7 +23,16 @@ struct meta {
     bool read_only;
     int (*wal_hook)(void *arg, bool before); /* see meta_set_wal_hook() */
     void *wal_hook_arg;
+    /* sweep.c: the `hash` family's compaction filter and whom it asks */
+    rocksdb_compactionfilter_t *sweep_filter;
+    pthread_rwlock_t sweep_lock; /* guards sweep_keep/arg against calls in flight */
+    meta_keep_fn sweep_keep;
+    void *sweep_arg;
+    uint64_t sweep_dropped; /* entries dropped since open (atomic) */
 };
+
+int meta__sweep_init(struct meta *m);  /* before the database opens: 0 or -ENOMEM */
+void meta__sweep_fini(struct meta *m); /* after it closed */
 
 /* A batch is built before it meets a database (meta_batch_new takes no meta), but
  * RocksDB needs a column family handle per entry. So entries are kept in our own buffer

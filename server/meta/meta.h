@@ -83,6 +83,21 @@ int meta_flush_wal(struct meta *m, bool sync);
  * call fails the sync, and the `after` call is then not made. Set once, before other
  * threads use m; NULL removes it. */
 void meta_set_wal_hook(struct meta *m, int (*fn)(void *arg, bool before), void *arg);
+/* The sweep of `hash` entries whose chunk is gone (invariant 2 lets freed chunks keep
+ * them): RocksDB's compactions of the `hash` family — not its flushes — call keep(arg, key,
+ * klen, val, vlen) for every entry they rewrite and drop the entry when it returns false.
+ * A keep function must never answer false for an entry a look-up may still need; it runs
+ * on RocksDB's compaction threads. keep NULL uninstalls arg's function (not one installed
+ * since with another arg): when this returns, no call of it is running and none will
+ * start. Any thread. */
+typedef bool (*meta_keep_fn)(void *arg, const void *key, size_t klen, const void *val, size_t vlen);
+void meta_set_hash_sweep(struct meta *m, meta_keep_fn keep, void *arg);
+/* `hash` entries the sweep dropped since open. */
+uint64_t meta_hash_swept(struct meta *m);
+/* Compacts all of cf now, memtables included (RocksDB's CompactRange): for `hash`, the sweep
+ * sees every entry. Blocks for as long as that takes; for maintenance and tests. 0,
+ * -EINVAL, -EROFS (read-only). */
+int meta_compact(struct meta *m, enum meta_cf cf);
 /* Flushes every memtable to SST files; with !wait it returns once each column family's
  * memtable has been switched for an empty one (RocksDB does that in the call) and the
  * flush is scheduled. Either way the flush covers exactly the batches committed before
