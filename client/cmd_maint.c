@@ -183,13 +183,16 @@ cmd_check(struct client *c, int argc, char **argv)
         json_u64(&j, "map_entries", k->map_entries);
         json_u64(&j, "chunks", k->chunks);
         json_u64(&j, "hash_entries", k->hash_entries);
+        json_u64(&j, "hash_stale", k->hash_stale);
         json_u64(&j, "problems", k->problems);
         json_u64(&j, "repaired", k->repaired);
         findings(&j, k->findings, k->n_findings, k->findings_dropped);
         json_obj_end(&j);
     } else {
-        printf("check: %" PRIu64 " map entries, %" PRIu64 " chunks, %" PRIu64 " hash entries\n",
-               k->map_entries, k->chunks, k->hash_entries);
+        printf("check: %" PRIu64 " map entries, %" PRIu64 " chunks, %" PRIu64
+               " hash entries (%" PRIu64 " of freed chunks, %s)\n",
+               k->map_entries, k->chunks, k->hash_entries, k->hash_stale,
+               repair ? "dropped" : "left for the sweep");
         findings(NULL, k->findings, k->n_findings, k->findings_dropped);
         printf("check: %" PRIu64 " problems, %" PRIu64 " repaired%s\n", k->problems, k->repaired,
                left ? "" : " - ok");

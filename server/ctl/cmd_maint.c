@@ -100,6 +100,7 @@ ctl__cmd_check(struct ctl_call *call)
     r->map_entries = res.map_entries;
     r->chunks = res.chunks;
     r->hash_entries = res.hash_entries;
+    r->hash_stale = res.hash_stale;
     r->problems = res.problems;
     r->repaired = res.repaired;
     r->findings = ctl__findings(call, &r->n_findings);

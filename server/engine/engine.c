@@ -109,8 +109,9 @@ void
 engine__on_freed(void *arg, const struct store_chunk_info *freed)
 {
     struct engine_freed_ctx *ctx = arg;
-    /* invariant 2: persistent back-ends lose the entry in the store's own batch. */
-    if (!ctx->ix || index_persistent(ctx->ix) || freed->hash_alg == DEDUPD_HASH_NONE)
+    /* Every back-end hears of it: the memory one drops the entry, the rocksdb one keeps it
+     * for its sweep and stops answering with this id (invariant 2). */
+    if (!ctx->ix || freed->hash_alg == DEDUPD_HASH_NONE)
         return;
     index_remove(ctx->ix, ctx->ib, freed->hash_alg, freed->hash, freed->hash_len, freed->id);
 }

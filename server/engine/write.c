@@ -60,7 +60,7 @@ struct wpolicy {
     enum dedupd_hash_alg alg; /* NONE: dedup off for this request */
     size_t hlen;
     bool verify;  /* byte-compare before sharing (invariant 6) */
-    bool trusted; /* index entries always name live chunks (persistent back-end) */
+    bool trusted; /* an entry names its hash's chunk or a gone one (persistent back-end) */
 };
 
 /* The chunks a group's requests staged as new so far in its transaction, by hash: a
@@ -426,7 +426,14 @@ lookup_in_txn(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint
         if (rc != -ENOENT)
             return rc;
     }
-    return index_lookup(p->ix, p->alg, c->hash, p->hlen, cand);
+    int rc = index_lookup(p->ix, p->alg, c->hash, p->hlen, cand);
+    if (rc == 0 && p->trusted) {
+        /* The entry of a freed chunk stays until the sweep (invariant 2): no chunk under
+         * its id, so the hash is absent, and the new chunk's entry will replace it. Held
+         * here, the chunk is read once: sharing it needs its entry anyway. */
+        rc = store_txn_chunk_hold(tx, *cand);
+    }
+    return rc;
 }
 
 /* An index hit on cand for chunk c: may it be shared? Stale memory entries are dropped. */
@@ -528,8 +535,6 @@ resolve_chunk(struct wreq *w, struct store_txn *tx, struct wchunk *c)
     rc = add_new(w, tx, c);
     if (rc == 0 && !claimed) {
         rc = index_stage(p->ix, &w->ib, (uint8_t) p->alg, c->hash, p->hlen, c->chunk_id);
-        if (rc == 0 && p->trusted) /* its entry is in this batch: freeing it needs no read */
-            rc = store_txn_chunk_owns_hash(tx, c->chunk_id);
         struct engine *e = w->e;
         e->stage_ring[e->stage_seq++ & (ENGINE_STAGE_RING - 1)] = hash_head(c->hash);
         if (w->grp)

@@ -97,14 +97,15 @@ stopping(struct index_filter *f)
 }
 
 /* Adds the hash of every chunk record to nb; *n counts them. After `building` is in place:
- * see the file comment. The keys come from the chunk records, which hold every hash the
- * `hash` family names (an entry is written and deleted in the same batch as its chunk) —
- * not from `hash` itself, whose hash-bucketed memtable an iterator first copies into
- * sorted order: ~30 MiB and a second of CPU per full memtable. The scan takes a new
- * iterator every SCAN_PIECE_RECORDS records (f->piece): one holds on to every memtable it
- * started with, flushed or not (up to 64 MiB each while writes go on). A key deleted
- * between two snapshots is gone anyway; one committed after the first is published into
- * nb. 0, -ECANCELED (stopping), -ENOMEM or -EIO. */
+ * see the file comment. The keys come from the chunk records, which hold every hash a
+ * look-up can use (`hash` also keeps the entries of freed chunks until the sweep drops
+ * them, and look-ups take those as absent) — not from `hash` itself, whose hash-bucketed
+ * memtable an iterator first copies into sorted order: ~30 MiB and a second of CPU per
+ * full memtable. The scan takes a new iterator every SCAN_PIECE_RECORDS records
+ * (f->piece): one holds on to every memtable it started with, flushed or not (up to 64 MiB
+ * each while writes go on). A key deleted between two snapshots is gone anyway; one
+ * committed after the first is published into nb. 0, -ECANCELED (stopping), -ENOMEM or
+ * -EIO. */
 static int
 scan_chunks(struct index_filter *f, struct bloom *nb, uint64_t *n)
 {
@@ -289,12 +290,19 @@ index__filter_stop(struct index_filter *f)
 }
 
 bool
-index__filter_may_contain(struct index_filter *f, uint8_t alg, const uint8_t *hash, size_t len)
+index__filter_holds(struct index_filter *f, uint8_t alg, const uint8_t *hash, size_t len)
 {
     uint64_t h = key_hash(alg, hash, len);
     pthread_rwlock_rdlock(&f->lock);
     bool maybe = !f->active || bloom_may_contain(f->active, h);
     pthread_rwlock_unlock(&f->lock);
+    return maybe;
+}
+
+bool
+index__filter_may_contain(struct index_filter *f, uint8_t alg, const uint8_t *hash, size_t len)
+{
+    bool maybe = index__filter_holds(f, alg, hash, len);
     if (!maybe)
         __atomic_add_fetch(&f->skips, 1, __ATOMIC_RELAXED);
     return maybe;

@@ -6,9 +6,12 @@
  * Knows nothing of exports, the block map or store transactions: inserts are staged in a
  * struct index_batch that carries the store transaction's meta batch; the caller publishes
  * them after that batch committed, so an entry never becomes visible before its chunk
- * (invariant 2). Removal of entries whose chunk was freed is the caller's call
- * (index_remove from the store's freed callback); the store itself deletes `hash` CF
- * entries of freed chunks, so for rocksdb that call is redundant.
+ * (invariant 2). The caller reports freed chunks (index_remove from the store's freed
+ * callback): the memory back-end drops their entries; the rocksdb one leaves them in the
+ * `hash` family for its sweep (RocksDB's compactions, meta_set_hash_sweep) and stops
+ * answering with recently freed ids — an entry it still returns may name a chunk that is
+ * gone, never another chunk (ids are never reused), so callers hold the chunk before
+ * sharing it.
  * Threads: any worker thread, concurrently; calls may block on RocksDB. */
 #ifndef DD_INDEX_INDEX_H
 #define DD_INDEX_INDEX_H
@@ -88,9 +91,11 @@ int index_open(const char *name, struct meta *m, const struct index_limits *lim,
                struct index **out);
 void index_close(struct index *ix); /* NULL is fine */
 const char *index_name(const struct index *ix);
-/* True when entries survive a restart and the store keeps them naming live chunks
- * (rocksdb). False (memory): an entry may name a chunk freed by a transaction that did not
- * call index_remove, so callers confirm a hit against the chunk's recorded hash. */
+/* True when entries survive a restart and name either their hash's chunk or an id no chunk
+ * has any more, so a hit whose chunk exists needs no further check (rocksdb). False
+ * (memory): an entry may name a chunk freed by a transaction that did not call
+ * index_remove, and keys on a prefix, so callers confirm a hit against the chunk's
+ * recorded hash. */
 bool index_persistent(const struct index *ix);
 
 /* 0 and *chunk_id, -ENOENT (no entry), -EIO. Sees committed/published entries only. */
@@ -103,10 +108,10 @@ int index_stage(struct index *ix, struct index_batch *b, uint8_t alg, const uint
                 size_t len, uint64_t chunk_id);
 /* Makes b's staged entries visible (call only after b->mb committed). */
 void index_publish(struct index *ix, struct index_batch *b);
-/* Removes the entry for hash if it names chunk_id (a chunk being freed by the transaction
- * of b): gone at the latest once b->mb committed and b was published (memory: at once).
- * For persistent back-ends the store already deletes the `hash` entry of every chunk it
- * frees, so callers may skip this call for them (it costs a point read). Never fails. */
+/* Reports chunk_id (with this hash) as freed by the transaction of b. memory: removes the
+ * entry if it names chunk_id, at once. rocksdb: look-ups stop answering with chunk_id at
+ * once (for the ~1 M most recently freed ids; older ones callers catch by holding the
+ * chunk); the entry stays in `hash` until the sweep. Never fails. */
 void index_remove(struct index *ix, struct index_batch *b, uint8_t alg, const uint8_t *hash,
                   size_t len, uint64_t chunk_id);
 void index_usage(struct index *ix, struct index_usage *out);

@@ -47,8 +47,11 @@ struct index_filter;
  * look-up is "maybe". 0, -ENOMEM or -errno of pthread_create. m is borrowed until stop. */
 int index__filter_start(struct meta *m, struct index_filter **out);
 void index__filter_stop(struct index_filter *f); /* joins the builder; NULL is fine */
-/* False only if no key (alg, hash) was committed to `hash` before the filter's build
- * started nor published since. Any thread. */
+/* False only if no live chunk had hash (alg, hash) when the filter's build started and
+ * none was published since — a `hash` entry it answers false for names a chunk that is
+ * gone (the sweep's question). Any thread. */
+bool index__filter_holds(struct index_filter *f, uint8_t alg, const uint8_t *hash, size_t len);
+/* index__filter_holds for a look-up: counts the look-ups it spares RocksDB. */
 bool index__filter_may_contain(struct index_filter *f, uint8_t alg, const uint8_t *hash,
                                size_t len);
 /* Adds the staged keys of a committed batch (index_publish). Any thread. */

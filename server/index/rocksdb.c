@@ -1,12 +1,14 @@
 /* rocksdb.c: the `rocksdb` hash-index back-end (the default) — the persistent `hash`
  * column family of meta, key (hash alg, full hash) -> chunk id.
  * Unbounded and persistent: entries are written into the store transaction's own batch, so
- * they commit atomically with the chunk they name (invariants 2 and 3), and the store
- * deletes the entry of a chunk it frees in the same batch, so entries always name live
- * chunks. A miss (the common case for unique data) is mostly answered by an in-memory
- * filter of every key (filter.c, at most INDEX_FILTER_MAX_BYTES) without RocksDB; the
- * others cost no disk read either, thanks to the bloom filters meta configures on this
- * column family.
+ * they commit atomically with the chunk they name (invariants 2 and 3). A freed chunk
+ * keeps its entry (invariant 2: an entry names its hash's chunk or an id no chunk has;
+ * callers hold the chunk before sharing it); RocksDB's compactions drop such entries
+ * later, asking rdb_keep. Ids freed recently are remembered, so that look-ups answer absent
+ * for their entries at once instead of sending the caller to a chunk that is gone. A miss
+ * (the common case for unique data) is mostly answered by an in-memory filter of every key
+ * (filter.c, at most INDEX_FILTER_MAX_BYTES) without RocksDB; the others cost no disk read
+ * either, thanks to the bloom filters meta configures on this column family.
  * Knows nothing of the store; writes only through the batch handed in. */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,11 +17,39 @@
 #include "meta/keys.h"
 #include "meta/meta.h"
 
+/* Recently freed chunk ids, direct-mapped by id: 8 MiB, the chunks of a 4 GiB export of
+ * 4 KiB chunks. An id that a later free pushed out costs only the caller's check. */
+#define FREED_SLOTS (1u << 20)
+
 struct index_rdb {
     struct index base;
     struct meta *m; /* borrowed from the store */
     struct index_filter *filter;
+    uint64_t *freed; /* FREED_SLOTS ids (0 = empty), atomic loads and stores */
 };
+
+static size_t
+freed_slot(uint64_t id)
+{
+    id = (id ^ (id >> 31)) * 0x7fb5d329728ea185ULL; /* ids are sequential: spread them */
+    return (size_t) (id >> 40) & (FREED_SLOTS - 1);
+}
+
+/* The sweep's question (meta_set_hash_sweep), asked by RocksDB's compactions of `hash`:
+ * an entry stays unless the filter is sure no live chunk has its hash. The filter holds
+ * the hash of every live chunk (never a false "absent"), so what goes is an entry of a
+ * freed chunk whose hash a rebuild of the filter has since left out. While a build runs
+ * there is no filter and everything stays. */
+static bool
+rdb_keep(void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    (void) val, (void) vlen;
+    struct index_rdb *r = arg;
+    const uint8_t *k = key;
+    if (klen < 2 || klen > META_HASH_KEY_MAX)
+        return true; /* not ours to judge: check reports it */
+    return index__filter_holds(r->filter, k[0], k + 1, klen - 1);
+}
 
 static int
 rdb_open(struct meta *m, const struct index_limits *lim, struct index **out)
@@ -32,11 +62,14 @@ rdb_open(struct meta *m, const struct index_limits *lim, struct index **out)
         return -ENOMEM;
     r->base.ops = &index__rocksdb_ops;
     r->m = m;
-    int rc = index__filter_start(m, &r->filter);
+    r->freed = calloc(FREED_SLOTS, sizeof(*r->freed));
+    int rc = r->freed ? index__filter_start(m, &r->filter) : -ENOMEM;
     if (rc < 0) {
+        free(r->freed);
         free(r);
         return rc;
     }
+    meta_set_hash_sweep(m, rdb_keep, r);
     *out = &r->base;
     return 0;
 }
@@ -45,7 +78,9 @@ static void
 rdb_close(struct index *ix)
 {
     struct index_rdb *r = (struct index_rdb *) ix;
+    meta_set_hash_sweep(r->m, NULL, r); /* before the filter it asks goes */
     index__filter_stop(r->filter);
+    free(r->freed);
     free(r);
 }
 
@@ -70,6 +105,8 @@ rdb_lookup(struct index *ix, uint8_t alg, const uint8_t *hash, size_t len, uint6
         return (int) n;
     if (meta_val_id_decode(val, (size_t) n, chunk_id) < 0)
         return -ENOENT; /* malformed: treat as absent; `check` reports it */
+    if (__atomic_load_n(&r->freed[freed_slot(*chunk_id)], __ATOMIC_RELAXED) == *chunk_id)
+        return -ENOENT; /* a freed chunk's entry: ids are never reused */
     return 0;
 }
 
@@ -98,19 +135,19 @@ rdb_publish(struct index *ix, struct index_batch *b)
     index__filter_add(r->filter, b->staged, b->n);
 }
 
+/* A chunk the store freed (index_remove from the engine's freed callback): its entry stays
+ * for the sweep, and look-ups stop answering with its id now. Without this a write of the
+ * freed bytes again looked them up, found the id, and learnt only inside its transaction,
+ * under the store's commit lock, that the chunk was gone — and wrote its chunk there, not
+ * ahead of the lock: rewriting data freed earlier ran 30% slower. Any thread. */
 static void
 rdb_remove(struct index *ix, struct index_batch *b, uint8_t alg, const uint8_t *hash, size_t len,
            uint64_t chunk_id)
 {
-    /* Redundant with the store, which deletes the `hash` entry of a chunk it frees in the
-     * freeing batch; kept exact for callers that free chunks some other way. Only an entry
-     * naming this chunk goes: after a verified collision the entry names the other one. */
-    uint64_t cur;
-    if (!b->mb || rdb_lookup(ix, alg, hash, len, &cur) < 0 || cur != chunk_id)
-        return;
-    uint8_t key[META_HASH_KEY_MAX];
-    size_t klen = meta_key_hash_encode(key, alg, hash, len);
-    meta_batch_delete(b->mb, META_CF_HASH, key, klen);
+    (void) b, (void) alg, (void) hash, (void) len;
+    struct index_rdb *r = (struct index_rdb *) ix;
+    if (chunk_id)
+        __atomic_store_n(&r->freed[freed_slot(chunk_id)], chunk_id, __ATOMIC_RELAXED);
 }
 
 static void

@@ -42,7 +42,8 @@ struct meta_chunk_rec {
     uint64_t refs; /* map entries (and other holders) naming this chunk */
     uint8_t hash[DEDUPD_HASH_MAX_LEN];
     /* The `hash` entry of this hash was written naming this chunk, in the batch that created
-     * it. False means unknown (a version-1 value, or not indexed then): ask the `hash` CF. */
+     * it. Nothing sets or reads it any more (freed chunks keep their entry:
+     * invariant 2); records that have it keep it, and it still decodes. */
     bool owns_hash;
 };
 #define META_CHUNK_VAL_MAX 72

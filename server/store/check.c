@@ -378,21 +378,29 @@ pass_hash(struct ck *c, struct meta_iter *it, struct meta_iter *chunks)
             c->res->hash_entries++;
         if (named ? !in_window(c, id) : !c->first)
             continue; /* checked in its own window; a malformed one in the first */
-        bool ok = false;
+        bool ok = false, stale = false;
         if (named) {
+            /* A freed chunk's entry (invariant 2): no chunk has its id any more, and ids
+             * are never reused, so look-ups take it as absent; the sweep drops it. The
+             * window's table knows every live chunk: asking it first keeps the iterator
+             * from seeking into runs of deleted chunk entries, which it would step
+             * through one by one (a check after a 2 GiB overwrite took minutes). */
+            struct ck_chunk *ch = tab_find(c, id);
+            stale = !ch || ch->delta == CK_FREED;
             uint8_t ck[META_CHUNK_KEY_LEN];
             meta_key_chunk_encode(ck, id);
             size_t cvl;
             const void *cv;
             struct meta_chunk_rec r;
-            ok = iter_at(chunks, ck, sizeof(ck), &cv, &cvl) &&
+            ok = !stale && iter_at(chunks, ck, sizeof(ck), &cv, &cvl) &&
                  meta_chunk_rec_decode(cv, cvl, &r) == 0 && r.hash_alg == k[0] &&
                  r.hash_len == kl - 1 && memcmp(r.hash, k + 1, kl - 1) == 0;
-            struct ck_chunk *ch = tab_find(c, id);
-            if (!ch || ch->delta == CK_FREED)
-                ok = false;
         }
-        if (!ok) {
+        if (stale) {
+            c->res->hash_stale++;
+            if (c->repair)
+                meta_batch_delete(c->b, META_CF_HASH, k, kl);
+        } else if (!ok) {
             finding(c,
                     "hash entry (alg %u) names chunk %" PRIu64 ", which is not live with that hash",
                     kl ? k[0] : 0, id);

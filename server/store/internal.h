@@ -141,10 +141,6 @@ struct store_txn {
     struct store_ccache_slot *ccache;
     struct iovec *wiov;
     size_t nwiov, wiov_cap;
-    /* Fingerprints of the hashes of this transaction's new chunks, built at commit, so a
-     * free only scans the batch when the hash back-end may have put the same hash key. */
-    uint64_t *fp;
-    size_t fp_cap, fp_mask;
     uint64_t woff;  /* offset in the active segment of wbuf[0] (valid while appending) */
     bool appending; /* holds append_lock: in-transaction records reserved, not all written */
     bool broken;    /* an append failed: only abort is allowed */

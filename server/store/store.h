@@ -4,8 +4,9 @@
  * commit lock that serializes transactions, per-segment live/dead byte accounting,
  * background compaction.
  * Knows nothing of NBD, exports' semantics beyond their map keys, or hashing policy: the
- * caller supplies hashes; the store records them and deletes `hash` entries naming a freed
- * chunk.
+ * caller supplies hashes; the store records them. A freed chunk's `hash` entry stays (its
+ * id is never reused, so a look-up that finds it finds no chunk: invariant 2); the index's
+ * sweep drops it later, and check reports such entries as stale, not as problems.
  * Threads: any worker thread; never the loop thread (calls may block on disk). */
 #ifndef DD_STORE_STORE_H
 #define DD_STORE_STORE_H
@@ -189,11 +190,6 @@ int store_chunk_preload(struct store *st, uint64_t chunk_id, struct store_chunk_
 int store_txn_map_set_known(struct store_txn *tx, uint32_t export_id, uint64_t chunk_idx,
                             uint64_t old_id, const struct store_chunk_pre *old_pre,
                             uint64_t chunk_id);
-/* Records that the `hash` entry of new chunk chunk_id (added by this transaction) is put
- * into this transaction's batch naming it — by a persistent index back-end. When the chunk
- * is freed, its hash entry is then deleted without first reading whom it names. 0, or
- * -ENOENT if chunk_id is not a chunk this transaction added. */
-int store_txn_chunk_owns_hash(struct store_txn *tx, uint64_t chunk_id);
 /* Loads a chunk into the transaction (so that a later map_set/ref on it reads nothing):
  * 0 if it exists (live, or added/held by this transaction), -ENOENT if it does not, -EIO.
  * For a caller that found the id outside the transaction and must know it is still live. */
@@ -207,8 +203,8 @@ int store_txn_chunk_get(struct store_txn *tx, uint64_t chunk_id, struct store_ch
 struct meta_batch *store_txn_batch(struct store_txn *tx);
 
 /* Called once per chunk whose refcount reaches zero, before the batch is written; the
- * chunk's `chunk` entry and a `hash` entry naming it are deleted by the store
- * in the same batch, and its bytes are counted dead in its segment. */
+ * chunk's `chunk` entry is deleted by the store in the same batch (its `hash` entry stays
+ * for the sweep), and its bytes are counted dead in its segment. */
 typedef void (*store_freed_fn)(void *arg, const struct store_chunk_info *freed);
 /* Writes everything in one batch and releases the commit lock, success or not; tx is
  * freed. 0 or -errno (then nothing of the batch is visible; records appended in the
@@ -269,8 +265,9 @@ typedef void (*store_finding_fn)(void *arg, const char *finding);
 
 struct store_check_result {
     uint64_t map_entries, chunks, hash_entries;
-    uint64_t problems; /* invariant violations found */
-    uint64_t repaired; /* fixed because repair was asked and the fix is safe */
+    uint64_t hash_stale; /* entries of freed chunks waiting for the sweep (repair drops them) */
+    uint64_t problems;   /* invariant violations found */
+    uint64_t repaired;   /* fixed because repair was asked and the fix is safe */
 };
 /* Proves invariants 1-3 from the metadata: recomputes refcounts from `map` (and other
  * holders), checks every chunk's record lies inside its segment and every hash entry names

@@ -1,7 +1,9 @@
 /* Tests server/index/filter.c through the rocksdb back-end: the in-memory filter answers
  * absent keys without RocksDB and never hides a committed key — after a build at open,
  * for keys committed while a build scans, and across the rebuilds that grow it. Batches
- * carry a chunk record with each key, as the store's do: builds read the keys from them. */
+ * carry a chunk record with each key, as the store's do: builds read the keys from them.
+ * And what the filter decides for the back-end's handling of freed chunks: the sweep of
+ * their entries, and look-ups of recently freed ids. */
 #include <criterion/criterion.h>
 #include <errno.h>
 
@@ -188,5 +190,94 @@ Test(filter, grows_when_full_and_keeps_every_key_across_scan_pieces)
     cr_assert_geq(u1.filter_bytes, 6000 * 10 / 8);
     assert_found(&f, 1, 6000);
     cr_assert_geq(skipped_absent(&f, 300001, 5000), 4850);
+    fx_close(&f);
+}
+
+static uint64_t
+hash_entries(struct fx *f)
+{
+    struct meta_iter *it = meta_iter_new(f->m, META_CF_HASH);
+    uint64_t n = 0;
+    for (meta_iter_seek_first(it); meta_iter_valid(it); meta_iter_next(it))
+        n++;
+    meta_iter_free(it);
+    return n;
+}
+
+/* The sweep (meta_set_hash_sweep, installed by the rocksdb back-end): RocksDB's compactions
+ * of `hash` drop the entries of freed chunks — once a rebuilt filter has left their hashes
+ * out — and never an entry of a live chunk. */
+Test(filter, the_sweep_drops_entries_of_freed_chunks_and_keeps_live_ones)
+{
+    struct fx f;
+    fx_open(&f, "rocksdb");
+    index__filter_wait(filter_of(&f));
+    commit_keys(&f, 1, 400, 100);
+    /* The store frees a chunk by deleting its record and leaving its `hash` entry. */
+    for (uint32_t s = 1; s <= 200; s++) {
+        uint8_t key[META_CHUNK_KEY_LEN];
+        meta_key_chunk_encode(key, 1000 + s);
+        meta_batch_delete(f.mb, META_CF_CHUNK, key, sizeof(key));
+    }
+    fx_commit(&f);
+    /* The filter still holds the freed hashes (a bloom filter forgets nothing): kept. */
+    cr_assert_eq(meta_compact(f.m, META_CF_HASH), 0);
+    cr_assert_eq(hash_entries(&f), 400);
+    cr_assert_eq(meta_hash_swept(f.m), 0);
+
+    index__filter_rebuild(filter_of(&f));
+    index__filter_wait(filter_of(&f));
+    cr_assert_eq(meta_compact(f.m, META_CF_HASH), 0);
+    uint64_t swept = meta_hash_swept(f.m);
+    /* All but the filter's false "maybe"s (~1% at its designed rate; 5% would be broken). */
+    cr_assert_geq(swept, 190, "swept %llu of 200", (unsigned long long) swept);
+    cr_assert_leq(swept, 200);
+    cr_assert_eq(hash_entries(&f), 400 - swept);
+    assert_found(&f, 201, 200);
+
+    /* Closed, the back-end no longer answers: a compaction keeps whatever is left. */
+    index_close(f.ix);
+    f.ix = NULL;
+    for (uint32_t s = 201; s <= 300; s++) {
+        uint8_t key[META_CHUNK_KEY_LEN];
+        meta_key_chunk_encode(key, 1000 + s);
+        meta_batch_delete(f.mb, META_CF_CHUNK, key, sizeof(key));
+    }
+    cr_assert_eq(meta_batch_commit(f.m, f.mb, false), 0);
+    meta_batch_clear(f.mb);
+    cr_assert_eq(meta_compact(f.m, META_CF_HASH), 0);
+    cr_assert_eq(meta_hash_swept(f.m), swept);
+    cr_assert_eq(hash_entries(&f), 400 - swept);
+    cr_assert_eq(index_open("rocksdb", f.m, NULL, &f.ix), 0);
+    index_batch_reset(&f.b, f.mb);
+    fx_close(&f);
+}
+
+/* A freed chunk (index_remove) keeps its `hash` entry, and look-ups stop answering with its
+ * id at once; a back-end opened later has forgotten the free and answers with it again —
+ * which is why callers hold a chunk before sharing it (engine test_dedup covers that). */
+Test(filter, recently_freed_ids_are_not_answered_and_their_entries_stay)
+{
+    struct fx f;
+    fx_open(&f, "rocksdb");
+    index__filter_wait(filter_of(&f));
+    commit_keys(&f, 1, 100, 100);
+    uint8_t h[32];
+    for (uint32_t s = 1; s <= 50; s++) {
+        make_hash(h, s);
+        index_remove(f.ix, &f.b, 1, h, 32, 1000 + s);
+    }
+    fx_commit(&f);
+    for (uint32_t s = 1; s <= 50; s++) {
+        uint64_t id;
+        make_hash(h, s);
+        cr_assert_eq(index_lookup(f.ix, 1, h, 32, &id), -ENOENT, "freed key %u answered", s);
+    }
+    assert_found(&f, 51, 50);
+    cr_assert_eq(hash_entries(&f), 100, "entries wait for the sweep");
+    index_close(f.ix);
+    cr_assert_eq(index_open("rocksdb", f.m, NULL, &f.ix), 0);
+    index_batch_reset(&f.b, f.mb);
+    assert_found(&f, 1, 100);
     fx_close(&f);
 }
