@@ -153,9 +153,12 @@ static void
 check_help(void)
 {
     printf("Usage: %s check [--repair] [--json]\n"
-           "Verify the metadata invariants: refcounts match the block maps, every chunk has\n"
-           "its reverse entry, every hash entry names a live chunk with that hash.\n"
-           "--repair fixes what is safely fixable. Exit 1 if problems remain.\n",
+           "Verify the metadata invariants: refcounts match the block maps, every chunk's\n"
+           "record lies inside its segment, every hash entry names a live chunk with that\n"
+           "hash. Entries of freed chunks are counted apart, not as problems: look-ups take\n"
+           "them as absent and the index drops them over time.\n"
+           "--repair fixes what is safely fixable and drops those entries now.\n"
+           "Exit 1 if problems remain.\n",
            PROG);
 }
 

@@ -139,7 +139,10 @@ rdb_publish(struct index *ix, struct index_batch *b)
  * for the sweep, and look-ups stop answering with its id now. Without this a write of the
  * freed bytes again looked them up, found the id, and learnt only inside its transaction,
  * under the store's commit lock, that the chunk was gone — and wrote its chunk there, not
- * ahead of the lock: rewriting data freed earlier ran 30% slower. Any thread. */
+ * ahead of the lock: rewriting data freed earlier ran 30% slower. The store calls back
+ * before its batch is written; should that commit fail, a chunk that stays live is taken
+ * as absent here: its bytes written again are stored once more and the entry moves to the
+ * new copy — dedup lost for that chunk, never a byte. Any thread. */
 static void
 rdb_remove(struct index *ix, struct index_batch *b, uint8_t alg, const uint8_t *hash, size_t len,
            uint64_t chunk_id)

@@ -249,8 +249,15 @@ expect_rc 0 ctl --json scrub
     fail "scrub of a healthy store: $(cat "$OUT")"
 expect_rc 0 ctl --json check
 [ "$(jget "$OUT" "j['problems']")" = 0 ] || fail "check of a healthy store: $(cat "$OUT")"
+# Hash entries of freed chunks (vm1's, deleted above) are counted apart, not as problems.
+[ "$(jget "$OUT" "j['hash_stale'] <= j['hash_entries']")" = True ] ||
+    fail "check JSON: $(cat "$OUT")"
 expect_rc 0 ctl check --repair
 grep -q "ok" "$OUT" || fail "check summary"
+grep -q "of freed chunks, dropped)" "$OUT" || fail "check --repair summary: $(cat "$OUT")"
+expect_rc 0 ctl --json check
+[ "$(jget "$OUT" "(j['hash_stale'], j['problems'])")" = "(0, 0)" ] ||
+    fail "stale hash entries left after --repair: $(cat "$OUT")"
 
 # ---- hostile requests leave the server serving ----
 r=$(raw_frame "52ff01aa")                     # truncated protobuf
