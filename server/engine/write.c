@@ -430,8 +430,9 @@ lookup_in_txn(struct wreq *w, struct store_txn *tx, const struct wchunk *c, uint
     if (rc == 0 && p->trusted) {
         /* The entry of a freed chunk stays until the sweep (invariant 2): no chunk under
          * its id, so the hash is absent, and the new chunk's entry will replace it. Held
-         * here, the chunk is read once: sharing it needs its entry anyway. */
-        rc = store_txn_chunk_hold(tx, *cand);
+         * here, the chunk is read once: sharing it needs its entry anyway. The early id,
+         * found gone just above, is not read a second time. */
+        rc = c->pre == PRE_HIT && *cand == c->pre_id ? -ENOENT : store_txn_chunk_hold(tx, *cand);
     }
     return rc;
 }

@@ -56,18 +56,10 @@ struct index_filter {
     void *hook_arg;
 };
 
-/* splitmix64's finalizer. The keys are digests already, but of two algorithms, and the
- * filter takes its block and its bits from different halves of one 64-bit value. */
-static uint64_t
-mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* The filter's key: the algorithm and the hash's first INDEX_MEMORY_KEY_BYTES bytes, zero
- * padded — what an index_staged entry holds. */
+ * padded — what an index_staged entry holds. The keys are digests already, but of two
+ * algorithms, and the filter takes its block and its bits from different halves of one
+ * 64-bit value: mixed. */
 static uint64_t
 key_hash(uint8_t alg, const uint8_t *hash, size_t len)
 {
@@ -76,7 +68,7 @@ key_hash(uint8_t alg, const uint8_t *hash, size_t len)
     uint64_t a, b;
     memcpy(&a, k, 8);
     memcpy(&b, k + 8, 8);
-    return mix64(a ^ mix64(b ^ ((uint64_t) alg << 56)));
+    return index__mix64(a ^ index__mix64(b ^ ((uint64_t) alg << 56)));
 }
 
 static uint64_t

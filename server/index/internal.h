@@ -1,10 +1,20 @@
-/* index/internal.h: the back-end ops table, shared only by the files of index/.
+/* index/internal.h: the back-end ops table and what the files of index/ share, only them.
  * A back-end is one file with static functions and one const struct index_ops whose first
  * field is its name; index.c lists them and dispatches. */
 #ifndef DD_INDEX_INTERNAL_H
 #define DD_INDEX_INTERNAL_H
 
 #include "index/index.h"
+
+/* splitmix64's finalizer: spreads keys that are close (sequential ids) or share a prefix
+ * over every bit. */
+static inline uint64_t
+index__mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
 
 struct index_ops {
     const char *name;

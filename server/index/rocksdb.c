@@ -31,8 +31,7 @@ struct index_rdb {
 static size_t
 freed_slot(uint64_t id)
 {
-    id = (id ^ (id >> 31)) * 0x7fb5d329728ea185ULL; /* ids are sequential: spread them */
-    return (size_t) (id >> 40) & (FREED_SLOTS - 1);
+    return (size_t) index__mix64(id) & (FREED_SLOTS - 1); /* ids are sequential: spread */
 }
 
 /* The sweep's question (meta_set_hash_sweep), asked by RocksDB's compactions of `hash`:

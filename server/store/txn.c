@@ -791,9 +791,10 @@ free_chunk(struct store_txn *tx, struct txn_chunk *e, struct store_counters *c,
     meta_batch_delete(tx->batch, META_CF_CHUNK, key, sizeof(key));
     /* Its `hash` entry stays (invariant 2): a look-up that finds it finds no chunk under
      * that id — ids are never reused — and takes it as absent; the `hash` family's
-     * compactions drop it later (index/sweep.c). Deleting it here put a second entry per
-     * freed chunk into the commit and into the `hash` memtable, whose flush sorts every
-     * entry at random positions: an overwrite of unique data ran 15% slower with it. */
+     * compactions drop it later (meta/sweep.c, asking index/rocksdb.c). Deleting it here
+     * put a second entry per freed chunk into the commit and into the `hash` memtable,
+     * whose flush sorts every entry at random positions: overwrites of unique data ran
+     * 10-16% slower with it (benchmarks.md, item 42). */
     c->chunks--;
     c->raw_bytes -= e->rec.raw_len;
     c->stored_bytes -= e->rec.stored_len;
