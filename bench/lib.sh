@@ -11,7 +11,7 @@
 #   srv_is_dedupd             true when the running server is a dedupd variant
 #   dd_sample PREFIX          print "PREFIX_hwm_kib V" ... lines for the running dedupd
 #                             (hwm_kib rss_kib store_du_bytes and the stats counters)
-#   srv_settle [MAX]          wait until the running server is idle (bounded)
+#   srv_settle [MAX] [QUIET]  wait until the running server is idle (bounded)
 #   now_ns / mibs BYTES NS    clock and throughput helpers
 #   page_cache_reset [FILE..] write the page cache back and, when BENCH_DROP_CACHE is 1 and
 #                             we are root, drop it; then read the FILEs back in (a client's
@@ -216,11 +216,12 @@ srv_stop() {
     SRV_PID=""
 }
 
-# srv_settle [MAX_SECONDS]: wait (bounded, default 120 s) until the server has used under
-# 5% of a core for 2 seconds in a row, so that background work left over from a previous
-# step (RocksDB flushes and compactions) is not billed to the next measurement.
+# srv_settle [MAX_SECONDS] [QUIET_SECONDS]: wait (bounded, default 120 s) until the server
+# has used under 5% of a core for QUIET (default 2) seconds in a row, so that background
+# work left over from a previous step (RocksDB flushes and compactions) is not billed to the
+# next measurement.
 srv_settle() {
-    local max=${1:-120} quiet=0 prev cur hz
+    local max=${1:-120} want=${2:-2} quiet=0 prev cur hz
     hz=$(getconf CLK_TCK)
     prev=$(awk '{ print $14 + $15 }' "/proc/$SRV_PID/stat" 2>/dev/null) || return 0
     while ((max-- > 0)); do
@@ -228,7 +229,7 @@ srv_settle() {
         cur=$(awk '{ print $14 + $15 }' "/proc/$SRV_PID/stat" 2>/dev/null) || return 0
         if (((cur - prev) * 20 < hz)); then
             quiet=$((quiet + 1))
-            ((quiet < 2)) || return 0
+            ((quiet < want)) || return 0
         else
             quiet=0
         fi

@@ -170,9 +170,12 @@ EOF
 
 # Before a timed phase: the deferred work of the phase before it is done. For the page-
 # cache writers that is the kernel's write-back (sync); for dedupd also its own RocksDB
-# memtable flushes and compactions (srv_settle: its CPU use falls below 5% for 2 s).
+# memtable flushes and compactions (srv_settle: its CPU use falls below 5% for QUIET s,
+# default 2). Random writes leave the filled segments about half live, at the background
+# compaction's threshold: the fio phases wait 6 quiet seconds, longer than its 5 s poll, so
+# a pass that would begin right after a 2 s settle runs before the reads, not during them.
 settle() {
-    if srv_is_dedupd; then srv_settle 120; fi
+    if srv_is_dedupd; then srv_settle 120 "${1:-2}"; fi
     sync
 }
 
@@ -187,7 +190,7 @@ timed_copy() {
 }
 
 fio_run() { # MODE URI JSON
-    settle
+    settle 6
     fio --name="$1" --ioengine=nbd --uri="$2" --rw="$1" --bs=4k --iodepth=16 --size="$size_b" \
         --time_based --runtime="$rand_time" --ramp_time=1 --refill_buffers --norandommap \
         --randrepeat=0 --output-format=json --output="$3" >/dev/null 2>&1 || return 1

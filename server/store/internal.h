@@ -270,6 +270,9 @@ uint64_t store__loc_chunk_get_many(struct store *st, const uint64_t *ids, uint64
                                    struct store_loc *out, bool *hit);
 void store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc);
 void store__loc_chunk_drop(struct store *st, uint64_t id);
+/* A committed move (compaction): a cached location of id now names loc; an id not cached
+ * stays out, so a pass over cold segments does not push hot chunks out of the table. */
+void store__loc_chunk_moved(struct store *st, uint64_t id, const struct store_loc *loc);
 /* The map entry of one chunk from RocksDB (0 and -ENOENT when unmapped), put into the location
  * cache under gen, which the caller's cache miss returned before this read (nowait: the
  * cached twins' read, -EAGAIN for anything but a clean answer). */
@@ -368,8 +371,11 @@ struct store_move { /* one record compaction wants to copy */
     uint64_t id;    /* chunk id its record header names */
     uint64_t len;   /* record bytes (header + stored) */
     size_t buf_off; /* where the record's bytes are in the caller's buffer */
+    /* Set by store__move_records: where the copy went, for the location cache (a raw
+     * chunk's record that was moved; to.len == 0 otherwise). */
+    struct store_loc to;
 };
-int store__move_records(struct store *st, struct store_seg *from, const struct store_move *mv,
+int store__move_records(struct store *st, struct store_seg *from, struct store_move *mv,
                         size_t n, const uint8_t *buf, uint64_t *moved);
 
 /* refs.c. store__refs_get: the journaled refcount of id, if it has one (any thread).

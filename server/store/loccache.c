@@ -407,6 +407,20 @@ store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc)
 }
 
 void
+store__loc_chunk_moved(struct store *st, uint64_t id, const struct store_loc *loc)
+{
+    struct store_loccache *lc = st->loc;
+    uint32_t i = chunk_index(id);
+    pthread_mutex_t *mu = &lc->chunk_mu[stripe_of(i)];
+    pthread_mutex_lock(mu);
+    for (int w = 0; w < 2; w++)
+        if (lc->chunk[i][w].id == id)
+            lc->chunk[i][w] = (struct chunk_slot){
+                .id = id, .off = loc->off, .seg = loc->seg, .len = loc->len};
+    pthread_mutex_unlock(mu);
+}
+
+void
 store__loc_chunk_drop(struct store *st, uint64_t id)
 {
     struct store_loccache *lc = st->loc;

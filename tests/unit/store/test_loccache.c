@@ -146,6 +146,50 @@ Test(loccache, reads_after_compaction_moves_and_removes_segments)
     store_close(st);
 }
 
+/* Compaction re-points the cached locations of the chunks it moves (a cache that forgot
+ * them sent every read after a compaction to RocksDB) and leaves uncached ones out. */
+Test(loccache, a_moved_chunks_cached_location_follows_it)
+{
+    struct store *st = open_store(64 << 10);
+    enum { N = 200 };
+    uint64_t ids[N];
+    for (unsigned i = 0; i < N; i++)
+        ids[i] = map_one(st, i, 100 + i);
+    for (unsigned i = 0; i < N; i++)
+        expect_bytes(st, ids[i], 100 + i, 4096);
+    for (unsigned i = 0; i < N; i++)
+        if (i % 4)
+            map_one(st, i, 1000 + i);
+    store__loc_chunk_drop(st, ids[0]); /* one survivor not cached when it moves */
+    struct store_chunk_info before[N];
+    for (unsigned i = 0; i < N; i += 4)
+        cr_assert_eq(store_chunk_get(st, ids[i], &before[i]), 0);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, true, NULL, NULL, &res), 0);
+    cr_assert_gt(res.bytes_moved, 0);
+    unsigned moved = 0;
+    uint8_t buf[4096], want[4096];
+    for (unsigned i = 4; i < N; i += 4) {
+        struct store_chunk_info now;
+        cr_assert_eq(store_chunk_get(st, ids[i], &now), 0);
+        if (now.seg == before[i].seg && now.off == before[i].off)
+            continue; /* its segment was the active one, or stayed */
+        moved++;
+        struct store_loc loc;
+        cr_assert(store__loc_chunk_get(st, ids[i], &loc), "block %u: moved chunk not cached", i);
+        cr_assert_eq(loc.seg, now.seg, "block %u", i);
+        cr_assert_eq(loc.off, now.off, "block %u", i);
+        fill(want, sizeof(want), 100 + i);
+        cr_assert_eq(store_chunk_read_cached(st, ids[i], buf, sizeof(buf)), 4096, "block %u", i);
+        cr_assert_eq(memcmp(buf, want, sizeof(want)), 0, "block %u", i);
+    }
+    cr_assert_gt(moved, 0, "compaction moved none of the survivors");
+    struct store_loc loc;
+    cr_assert(!store__loc_chunk_get(st, ids[0], &loc), "an uncached chunk was put in");
+    expect_bytes(st, ids[0], 100, 4096);
+    store_close(st);
+}
+
 Test(loccache, cached_reads_answer_from_memory_or_decline)
 {
     struct store *st = open_store(0);
