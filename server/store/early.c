@@ -85,6 +85,7 @@ append_some(struct store *st, struct store_new_chunk *c, size_t n)
                 sg->id, off, n, bytes, strerror(-rc));
         return rc;
     }
+    store__seg_prefill(sg, off, at);
     __atomic_store_n(&st->id_next, id + n, __ATOMIC_RELEASE);
     __atomic_add_fetch(&sg->early_pending, (int) n, __ATOMIC_SEQ_CST);
     store__seg_set_size(sg, at);

@@ -70,9 +70,10 @@ struct store_seg {
     uint64_t live;   /* record bytes of live chunks */
     uint64_t dead;   /* record bytes of freed or never-indexed records */
     bool sealed;
-    bool dirty;     /* accounting changed since its meta entry was last written */
-    bool has_entry; /* recovery only: a `seg:` entry exists */
-    int unsynced;   /* atomic: written since the last fdatasync began (for the WAL hook) */
+    bool dirty;         /* accounting changed since its meta entry was last written */
+    bool has_entry;     /* recovery only: a `seg:` entry exists */
+    int unsynced;       /* atomic: written since the last fdatasync began (for the WAL hook) */
+    uint64_t prefilled; /* append_lock: the file holds bytes (zeros ahead of size) to here */
     /* Atomic: records appended early and not yet committed or dropped. Only the active
      * segment gains any, so once sealed with none, it never has any again: compaction
      * leaves a segment alone until then (it would take the records for dead). */
@@ -319,6 +320,11 @@ int store__seg_sync_all(struct store *st);   /* commit_lock: fdatasync segments,
 int store__seg_sync_dir(struct store *st);   /* any thread */
 int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hook() */
 int store__seal_active(struct store *st);    /* commit_lock + append_lock */
+/* After an append of [off, end) to the active segment (append_lock): a small one has zeros
+ * written ahead of it, so the page cache backs the next small appends with large folios.
+ * A hint: errors are ignored. store__seg_trim cuts those zeros off (append_lock). */
+void store__seg_prefill(struct store_seg *sg, uint64_t off, uint64_t end);
+void store__seg_trim(struct store_seg *sg);
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,
                        struct store_record_hdr *h, void *buf, size_t cap, uint32_t expect_len);
 /* One record met by store__seg_walk: rec holds the whole record (header first); whether
@@ -375,8 +381,8 @@ struct store_move { /* one record compaction wants to copy */
      * chunk's record that was moved; to.len == 0 otherwise). */
     struct store_loc to;
 };
-int store__move_records(struct store *st, struct store_seg *from, struct store_move *mv,
-                        size_t n, const uint8_t *buf, uint64_t *moved);
+int store__move_records(struct store *st, struct store_seg *from, struct store_move *mv, size_t n,
+                        const uint8_t *buf, uint64_t *moved);
 
 /* refs.c. store__refs_get: the journaled refcount of id, if it has one (any thread).
  * The rest run under the commit lock. */

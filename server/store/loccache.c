@@ -415,8 +415,8 @@ store__loc_chunk_moved(struct store *st, uint64_t id, const struct store_loc *lo
     pthread_mutex_lock(mu);
     for (int w = 0; w < 2; w++)
         if (lc->chunk[i][w].id == id)
-            lc->chunk[i][w] = (struct chunk_slot){
-                .id = id, .off = loc->off, .seg = loc->seg, .len = loc->len};
+            lc->chunk[i][w] =
+                (struct chunk_slot){.id = id, .off = loc->off, .seg = loc->seg, .len = loc->len};
     pthread_mutex_unlock(mu);
 }
 

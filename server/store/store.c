@@ -650,6 +650,10 @@ store_close(struct store *st)
         pthread_mutex_lock(&st->commit_lock);
         store__refs_fold(st);
         pthread_mutex_unlock(&st->commit_lock);
+        pthread_mutex_lock(&st->append_lock); /* a clean directory has no zeros past a size */
+        if (st->active)
+            store__seg_trim(st->active);
+        pthread_mutex_unlock(&st->append_lock);
         int rc = store_sync(st);
         if (rc)
             log_err("store: %s: sync at close failed: %s", st->dir, strerror(-rc));

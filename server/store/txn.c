@@ -373,6 +373,7 @@ flush_wbuf(struct store_txn *tx)
                 tx->woff, tx->wlen, strerror(-rc));
         return rc;
     }
+    store__seg_prefill(st->active, tx->woff, tx->woff + tx->wlen);
     tx->woff += tx->wlen;
     tx->wlen = tx->wused = tx->nwiov = 0;
     return 0;

@@ -732,3 +732,67 @@ Test(store, cached_chunk_entries_follow_compaction_and_repair)
     cr_assert_eq(chk.problems, 0);
     store_close(st);
 }
+
+/* The file length of segment id, by stat. */
+static uint64_t
+seg_file_len(struct store *st, uint32_t id)
+{
+    char path[4096];
+    store__seg_path(st, id, path, sizeof(path));
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0, "%s", path);
+    return (uint64_t) sb.st_size;
+}
+
+/* One transaction of n chunks of 4 KiB, seeds seed.., mapped to blocks blk..; returns the
+ * first id. */
+static uint64_t
+commit_chunks(struct store *st, unsigned n, uint64_t seed, uint64_t blk)
+{
+    struct store_txn *tx;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    uint64_t first = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t id = add(tx, seed + i, 4096);
+        first = i ? first : id;
+        cr_assert_eq(store_txn_map_set(tx, 1, blk + i, id), 0);
+    }
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    return first;
+}
+
+/* Small appends write zeros ahead of themselves (page-cache folios for the next ones);
+ * large ones do not; a seal and a close cut the zeros off; the bytes read back. */
+Test(store, small_appends_write_zeros_ahead_and_seals_and_close_cut_them)
+{
+    struct store *st = open_store(1 << 20);
+    commit_chunks(st, 32, 100, 0); /* one 128 KiB append: no zeros */
+    uint32_t first = st->active->id;
+    cr_assert_eq(seg_file_len(st, first), st->active->size);
+    uint64_t ids[400];
+    for (unsigned i = 0; i < 400; i++) { /* 1.6 MiB in 4 KiB appends: past one seal */
+        ids[i] = commit_chunks(st, 1, 1000 + i, 100 + i);
+        uint64_t size = st->active->size, flen = seg_file_len(st, st->active->id);
+        cr_assert_geq(flen, size + (256 << 10), "append %u: %lu bytes, file %lu", i,
+                      (unsigned long) size, (unsigned long) flen);
+        cr_assert_eq(flen % (256 << 10), 0, "append %u: zeros end off the window", i);
+    }
+    cr_assert_neq(st->active->id, first, "no seal happened");
+    for (uint32_t id = first; id < st->active->id; id++) {
+        struct store_seg *sg = store__seg_find(st, id);
+        cr_assert_not_null(sg);
+        cr_assert_eq(seg_file_len(st, id), sg->size, "sealed seg %u keeps zeros", id);
+    }
+    /* What lies past the active segment's size is zeros. */
+    struct store_seg *a = st->active;
+    uint8_t tail[4096], z[4096] = {0};
+    cr_assert_eq(pread(a->fd, tail, sizeof(tail), (off_t) a->size), (ssize_t) sizeof(tail));
+    cr_assert_eq(memcmp(tail, z, sizeof(z)), 0);
+    uint32_t last = a->id;
+    store_close(st);
+    st = open_store(1 << 20);
+    cr_assert_eq(seg_file_len(st, last), st->active->size, "close left the zeros");
+    for (unsigned i = 0; i < 400; i++)
+        expect_bytes(st, ids[i], 1000 + i, 4096);
+    store_close(st);
+}
