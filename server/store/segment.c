@@ -364,7 +364,7 @@ store__seal_active(struct store *st)
  * of the same read from data written in large pieces (2.2 against 1.2 µs per preadv2 on
  * this machine's kernel, 6.18 with ext4 large folios; random reads after random writes
  * were 70-86k IOPS against ~100k after compaction had rewritten the same data in 4 MiB
- * groups — docs/benchmarks.md, item 43). So a small append writes zeros ahead of itself,
+ * groups — docs/benchmarks.md, item 44). So a small append writes zeros ahead of itself,
  * window-aligned, one PREFILL_WINDOW at a time: the following small appends overwrite
  * pages that already sit in large folios. Large appends make large folios by themselves
  * and get no zeros (that would copy every byte twice). The zeros lie past the segment's

@@ -1091,7 +1091,8 @@ store__move_records(struct store *st, struct store_seg *from, struct store_move 
     /* Cached locations name the old copies, valid until the old segment goes (after this
      * commit). A committed move re-points a cached one: a cache that forgot every moved
      * chunk sent the reads after a compaction to RocksDB, whose chunk family has just
-     * taken an entry per moved record (random reads ~15% slower, docs/benchmarks.md).
+     * taken an entry per moved record (random reads after a full compaction at half
+     * speed: docs/benchmarks.md, item 43).
      * Anything else is dropped: the next read takes the chunk entry's. A reader that read
      * the old entry before this commit may still put the old copy back; it is caught when
      * that copy's segment goes, as any stale location is. */
