@@ -406,29 +406,31 @@ store__loc_chunk_put(struct store *st, uint64_t id, const struct store_loc *loc)
     pthread_mutex_unlock(mu);
 }
 
-void
-store__loc_chunk_moved(struct store *st, uint64_t id, const struct store_loc *loc)
+/* The slots that hold id get loc, or are emptied (loc NULL); other ids are left alone. */
+static void
+chunk_rewrite(struct store *st, uint64_t id, const struct store_loc *loc)
 {
     struct store_loccache *lc = st->loc;
     uint32_t i = chunk_index(id);
     pthread_mutex_t *mu = &lc->chunk_mu[stripe_of(i)];
     pthread_mutex_lock(mu);
+    struct chunk_slot now = {0};
+    if (loc)
+        now = (struct chunk_slot){.id = id, .off = loc->off, .seg = loc->seg, .len = loc->len};
     for (int w = 0; w < 2; w++)
         if (lc->chunk[i][w].id == id)
-            lc->chunk[i][w] =
-                (struct chunk_slot){.id = id, .off = loc->off, .seg = loc->seg, .len = loc->len};
+            lc->chunk[i][w] = now;
     pthread_mutex_unlock(mu);
+}
+
+void
+store__loc_chunk_moved(struct store *st, uint64_t id, const struct store_loc *loc)
+{
+    chunk_rewrite(st, id, loc);
 }
 
 void
 store__loc_chunk_drop(struct store *st, uint64_t id)
 {
-    struct store_loccache *lc = st->loc;
-    uint32_t i = chunk_index(id);
-    pthread_mutex_t *mu = &lc->chunk_mu[stripe_of(i)];
-    pthread_mutex_lock(mu);
-    for (int w = 0; w < 2; w++)
-        if (lc->chunk[i][w].id == id)
-            lc->chunk[i][w].id = 0;
-    pthread_mutex_unlock(mu);
+    chunk_rewrite(st, id, NULL);
 }

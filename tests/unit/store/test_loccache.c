@@ -119,18 +119,30 @@ Test(loccache, a_wrong_chunk_location_never_gives_wrong_bytes)
     store_close(st);
 }
 
-Test(loccache, reads_after_compaction_moves_and_removes_segments)
+enum { N_MOVE = 200 };
+
+/* Blocks 0..N_MOVE-1 written (seeds 100 + i) and read (every location cached), then 3 of
+ * every 4 overwritten (seeds 1000 + i): the old segments mostly dead. ids[i]: the block's
+ * chunk now. */
+static struct store *
+cached_then_mostly_overwritten(uint64_t *ids)
 {
     struct store *st = open_store(64 << 10);
-    enum { N = 200 };
-    uint64_t ids[N];
-    for (unsigned i = 0; i < N; i++)
+    for (unsigned i = 0; i < N_MOVE; i++)
         ids[i] = map_one(st, i, 100 + i);
-    for (unsigned i = 0; i < N; i++) /* every location cached */
+    for (unsigned i = 0; i < N_MOVE; i++)
         expect_bytes(st, ids[i], 100 + i, 4096);
-    for (unsigned i = 0; i < N; i++) /* 3 of 4 overwritten: old segments mostly dead */
+    for (unsigned i = 0; i < N_MOVE; i++)
         if (i % 4)
             ids[i] = map_one(st, i, 1000 + i);
+    return st;
+}
+
+Test(loccache, reads_after_compaction_moves_and_removes_segments)
+{
+    enum { N = N_MOVE };
+    uint64_t ids[N];
+    struct store *st = cached_then_mostly_overwritten(ids);
     struct store_compact_result res;
     cr_assert_eq(store_compact(st, true, NULL, NULL, &res), 0);
     cr_assert_gt(res.segments_compacted, 0);
@@ -150,16 +162,9 @@ Test(loccache, reads_after_compaction_moves_and_removes_segments)
  * them sent every read after a compaction to RocksDB) and leaves uncached ones out. */
 Test(loccache, a_moved_chunks_cached_location_follows_it)
 {
-    struct store *st = open_store(64 << 10);
-    enum { N = 200 };
+    enum { N = N_MOVE };
     uint64_t ids[N];
-    for (unsigned i = 0; i < N; i++)
-        ids[i] = map_one(st, i, 100 + i);
-    for (unsigned i = 0; i < N; i++)
-        expect_bytes(st, ids[i], 100 + i, 4096);
-    for (unsigned i = 0; i < N; i++)
-        if (i % 4)
-            map_one(st, i, 1000 + i);
+    struct store *st = cached_then_mostly_overwritten(ids);
     store__loc_chunk_drop(st, ids[0]); /* one survivor not cached when it moves */
     struct store_chunk_info before[N];
     for (unsigned i = 0; i < N; i += 4)
