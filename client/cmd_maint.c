@@ -62,7 +62,8 @@ gc_help(void)
 {
     printf("Usage: %s gc [--force] [--json]\n"
            "Reclaim the space of freed chunks now: compact every sealed segment whose live\n"
-           "fraction is below the threshold (--force: every segment with dead bytes).\n"
+           "fraction is below the threshold (--force: every segment with dead bytes, the\n"
+           "active one included).\n"
            "Progress on stderr; a summary at the end.\n",
            PROG);
 }

@@ -336,6 +336,25 @@ run_pass(struct pass *p, bool force)
     return rc;
 }
 
+/* A forced pass reclaims the active segment's dead bytes too: it is sealed first (a new,
+ * empty segment takes the appends) so that the pass can move its live records out. On a
+ * full disk the active segment may hold most of what a trim freed (disk-full.sh). */
+static void
+seal_active_if_dead(struct store *st)
+{
+    pthread_mutex_lock(&st->commit_lock);
+    pthread_mutex_lock(&st->append_lock);
+    struct store_seg *a = st->active;
+    if (a && store__seg_size(a) > 0 && a->dead > 0) {
+        int rc = store__seal_active(st);
+        if (rc)
+            log_warn("store: sealing seg %" PRIu32 " for a forced compaction: %s", a->id,
+                     strerror(-rc));
+    }
+    pthread_mutex_unlock(&st->append_lock);
+    pthread_mutex_unlock(&st->commit_lock);
+}
+
 int
 store_compact(struct store *st, bool force, store_progress_fn progress, void *arg,
               struct store_compact_result *out)
@@ -344,6 +363,8 @@ store_compact(struct store *st, bool force, store_progress_fn progress, void *ar
         return -EROFS;
     struct pass p = {.st = st, .progress = progress, .arg = arg};
     pthread_mutex_lock(&st->compact_run);
+    if (force)
+        seal_active_if_dead(st);
     int rc = run_pass(&p, force);
     pthread_mutex_unlock(&st->compact_run);
     if (out)

@@ -58,7 +58,9 @@ append_some(struct store *st, struct store_new_chunk *c, size_t n)
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++)
         bytes += store_record_len(c[i].len);
-    int rc = make_room(st, bytes);
+    int rc = store__space_claim(st, bytes);
+    if (rc == 0)
+        rc = make_room(st, bytes);
     if (rc)
         return rc;
     struct store_seg *sg = st->active;

@@ -145,6 +145,7 @@ struct store_txn {
     uint64_t woff;  /* offset in the active segment of wbuf[0] (valid while appending) */
     bool appending; /* holds append_lock: in-transaction records reserved, not all written */
     bool broken;    /* an append failed: only abort is allowed */
+    bool moving;    /* compaction's moves: may use the reserved free space */
     bool active;
 };
 
@@ -194,6 +195,10 @@ struct store {
 
     struct store_counters cnt; /* commit_lock (writes), stat_lock (reads) */
     uint64_t id_next; /* append_lock: the next chunk id; cnt.next_id is its committed copy */
+    /* append_lock (space.c): free space beyond the reserve at the last statvfs, and bytes
+     * appended since; space_low: the last claim was refused (logged once per episode). */
+    uint64_t space_room, space_spent;
+    bool space_low;
     struct store_export_count *exports; /* stat_lock; loaded lazily */
     size_t nexports, exports_cap;
     uint64_t compactions;
@@ -320,6 +325,9 @@ int store__seg_sync_all(struct store *st);   /* commit_lock: fdatasync segments,
 int store__seg_sync_dir(struct store *st);   /* any thread */
 int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hook() */
 int store__seal_active(struct store *st);    /* commit_lock + append_lock */
+/* space.c (append_lock): room for `bytes` more of new data without eating into the
+ * reserved free space, else -ENOSPC. */
+int store__space_claim(struct store *st, uint64_t bytes);
 /* After an append of [off, end) to the active segment (append_lock): a small one has zeros
  * written ahead of it, so the page cache backs the next small appends with large folios.
  * A hint: errors are ignored. store__seg_trim cuts those zeros off (append_lock). */

@@ -548,6 +548,8 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
         st->opt.compact_live_ratio = 0.5;
     if (st->opt.compact_bytes_per_sec == 0)
         st->opt.compact_bytes_per_sec = 64ULL << 20;
+    if (st->opt.reserve_bytes == 0)
+        st->opt.reserve_bytes = 64ULL << 20;
     pthread_mutex_init(&st->commit_lock, NULL);
     pthread_mutex_init(&st->append_lock, NULL);
     pthread_rwlock_init(&st->wal_lock, NULL);

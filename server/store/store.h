@@ -36,6 +36,10 @@ struct store_options {
     uint64_t compact_bytes_per_sec; /* background compaction I/O bound; 0 = 64 MiB/s */
     bool background_compaction;     /* start the compaction thread at open */
     bool read_only;                 /* check/scrub of a directory without changing it */
+    /* Free space on the file system that new data may not take (RocksDB's log, flushes
+     * and compactions need it: a full disk must not cost acknowledged writes their index
+     * entries); 0 = 64 MiB. Compaction's moves may use it. */
+    uint64_t reserve_bytes;
 };
 
 /* Opens (creating if absent) DATA_DIR: takes DATA_DIR/dedupd.lock (-EBUSY if another

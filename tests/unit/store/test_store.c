@@ -796,3 +796,47 @@ Test(store, small_appends_write_zeros_ahead_and_seals_and_close_cut_them)
         expect_bytes(st, ids[i], 1000 + i, 4096);
     store_close(st);
 }
+
+/* New data stops at the free-space reserve with -ENOSPC (in a transaction and in an early
+ * append) and changes nothing; what frees space still works: metadata-only changes and
+ * compaction's moves, which may use the reserve. */
+Test(store, new_data_stops_at_the_free_space_reserve)
+{
+    struct store *st = open_store(64 << 10);
+    uint64_t ids[64];
+    for (unsigned i = 0; i < 64; i++)
+        ids[i] = commit_chunks(st, 1, 500 + i, i);
+    for (unsigned i = 0; i < 64; i++) /* 3 of 4 overwritten: dead bytes to reclaim */
+        if (i % 4)
+            commit_chunks(st, 1, 900 + i, i);
+    store_close(st);
+    struct store_options o = {.seg_bytes = 64 << 10, .reserve_bytes = 1ULL << 62};
+    st = NULL;
+    cr_assert_eq(store_open(data, &o, &st), 0);
+    uint8_t buf[4096], h[DEDUPD_HASH_MAX_LEN];
+    fill(buf, sizeof(buf), 77);
+    hash_compute(DEDUPD_HASH_SHA256, buf, sizeof(buf), h);
+    struct store_txn *tx;
+    uint64_t id = 0;
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_add_chunk(tx, DEDUPD_HASH_SHA256, h, 32, buf, sizeof(buf), &id),
+                 -ENOSPC);
+    store_txn_abort(tx);
+    struct store_new_chunk c = {.buf = buf,
+                                .len = sizeof(buf),
+                                .crc = crc32c(0, buf, sizeof(buf)),
+                                .hash_alg = DEDUPD_HASH_SHA256,
+                                .hash_len = 32,
+                                .hash = h};
+    cr_assert_eq(store_append_early(st, &c, 1), -ENOSPC);
+    /* Unmapping block 1 (metadata only) commits. */
+    cr_assert_eq(store_txn_begin(st, &tx), 0);
+    cr_assert_eq(store_txn_map_set(tx, 1, 1, 0), 0);
+    cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
+    struct store_compact_result res;
+    cr_assert_eq(store_compact(st, true, NULL, NULL, &res), 0);
+    cr_assert_gt(res.bytes_moved, 0, "compaction moved nothing under the reserve");
+    for (unsigned i = 0; i < 64; i += 4)
+        expect_bytes(st, ids[i], 500 + i, 4096);
+    store_close(st);
+}

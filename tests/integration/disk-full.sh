@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A full disk: the data directory on a small tmpfs, unique data written until the server
+# refuses it. The refusal must be ENOSPC (not EIO, not a hang or a crash), a flush after
+# it must succeed, every acknowledged write must read back — live, and after a clean stop
+# and restart (new data stops at a reserve of free space so that RocksDB's log keeps room
+# for the index entries of what was acknowledged) — check must find no problem, and after
+# a trim of everything and a gc the export must take writes again.
+# Needs root (mount) and python3-libnbd; skips (77) otherwise.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/nbd-lib.sh"
+requires_libnbd_python
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: $TEST_NAME: needs root for mount" >&2; exit 77; }
+
+FS="$TEST_TMP/fs"
+mkdir -p "$FS"
+mount -t tmpfs -o size=192M tmpfs "$FS" || { echo "SKIP: $TEST_NAME: cannot mount tmpfs" >&2; exit 77; }
+on_exit "umount -l '$FS'"
+DD_DIR="$FS/data"
+STATE="$TEST_TMP/acked.json"
+CLIENT="$(dirname "$0")/disk_full.py"
+
+dd_start --default-export-size 1G
+timeout 240 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" write || fail "writing until the disk is full"
+kill -0 "$DD_PID" 2>/dev/null || fail "dedupd exited on a full disk"
+grep -q "free space is down to the reserve" "$TEST_TMP/dedupd.log" || fail "no log line for the refusal"
+timeout 120 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" verify || fail "read back on the live server"
+
+dd_stop
+dd_start
+timeout 120 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" verify || fail "read back after a restart"
+OUT="$TEST_TMP/check.json"
+ctl --json check >"$OUT" || fail "check: $(cat "$OUT")"
+"$NBD_PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["problems"] != 0)' "$OUT" ||
+    fail "check after the full disk: $(cat "$OUT")"
+
+# Space comes back: everything trimmed, then compacted away; the export takes writes again.
+"$NBD_PY" -c 'import nbd, sys; h = nbd.NBD(); h.connect_uri(sys.argv[1]); h.trim(h.get_size(), 0); h.flush()' \
+    "$(nbd_uri)" || fail "trim of the whole export"
+ctl gc --force >/dev/null 2>&1 || fail "gc after the trim"
+timeout 60 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" refill || fail "a write after space was freed"
+dd_stop
+log "ok"
