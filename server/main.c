@@ -107,6 +107,7 @@ run(struct app *app)
         .block_cache_bytes = cfg->block_cache_bytes,
         .compact_live_ratio = cfg->compact_live_ratio,
         .compact_bytes_per_sec = cfg->compact_bytes_per_sec,
+        .reserve_bytes = cfg->reserve_bytes,
         .background_compaction = cfg->background_compaction,
         .default_export = strcmp(cfg->default_export, "none") ? cfg->default_export : NULL,
         .default_export_size = cfg->default_export_size,

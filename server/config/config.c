@@ -227,6 +227,8 @@ apply_key(struct config *cfg, const char *section, const char *name, const char 
             return set_size_min(&cfg->compact_bytes_per_sec, v, 1u << 20);
         if (!strcmp(name, "background_compaction"))
             return set_bool(&cfg->background_compaction, v);
+        if (!strcmp(name, "reserve_space"))
+            return set_size_min(&cfg->reserve_bytes, v, 1u << 20);
     }
     *known = false;
     return -EINVAL;

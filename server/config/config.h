@@ -34,6 +34,7 @@ struct config {
     uint64_t block_cache_bytes;
     double compact_live_ratio;
     uint64_t compact_bytes_per_sec;
+    uint64_t reserve_bytes; /* free space new data leaves on the file system; 0 = default */
     bool background_compaction;
     bool show_help, show_version;
 };

@@ -36,6 +36,7 @@ engine_open(const struct engine_options *opt, struct engine **out)
         .compact_live_ratio = opt->compact_live_ratio,
         .compact_bytes_per_sec = opt->compact_bytes_per_sec,
         .background_compaction = opt->background_compaction,
+        .reserve_bytes = opt->reserve_bytes,
     };
     int rc = engine__hashpool_start(&e->hp);
     if (rc == 0)

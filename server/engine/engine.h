@@ -31,6 +31,7 @@ struct engine_options {
     uint64_t block_cache_bytes;     /* 0 = store default */
     double compact_live_ratio;      /* 0 = store default */
     uint64_t compact_bytes_per_sec; /* 0 = store default */
+    uint64_t reserve_bytes;         /* 0 = store default (store_options.reserve_bytes) */
     bool background_compaction;
     /* Created at open when no export exists yet (NULL = none). */
     const char *default_export;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A full disk: the data directory on a small tmpfs, unique data written until the server
+# A full disk: the data directory on a small tmpfs (256 MiB, a 96 MiB reserve), unique data written until the server
 # refuses it. The refusal must be ENOSPC (not EIO, not a hang or a crash), a flush after
 # it must succeed, every acknowledged write must read back — live, and after a clean stop
 # and restart (new data stops at a reserve of free space so that RocksDB's log keeps room
@@ -13,20 +13,23 @@ requires_libnbd_python
 
 FS="$TEST_TMP/fs"
 mkdir -p "$FS"
-mount -t tmpfs -o size=192M tmpfs "$FS" || { echo "SKIP: $TEST_NAME: cannot mount tmpfs" >&2; exit 77; }
+mount -t tmpfs -o size=256M tmpfs "$FS" || { echo "SKIP: $TEST_NAME: cannot mount tmpfs" >&2; exit 77; }
 on_exit "umount -l '$FS'"
 DD_DIR="$FS/data"
 STATE="$TEST_TMP/acked.json"
 CLIENT="$(dirname "$0")/disk_full.py"
 
-dd_start --default-export-size 1G
+# The reserve from the configuration file (the default is 64 MiB).
+printf '[store]\nreserve_space = 96M\n' >"$TEST_TMP/dedupd.ini"
+dd_start -c "$TEST_TMP/dedupd.ini" --default-export-size 1G
 timeout 240 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" write || fail "writing until the disk is full"
 kill -0 "$DD_PID" 2>/dev/null || fail "dedupd exited on a full disk"
-grep -q "free space is down to the reserve" "$TEST_TMP/dedupd.log" || fail "no log line for the refusal"
+grep -q "free space is down to the reserve of 96 MiB" "$TEST_TMP/dedupd.log" ||
+    fail "no log line for the refusal at the configured reserve"
 timeout 120 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" verify || fail "read back on the live server"
 
 dd_stop
-dd_start
+dd_start -c "$TEST_TMP/dedupd.ini"
 timeout 120 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" verify || fail "read back after a restart"
 OUT="$TEST_TMP/check.json"
 ctl --json check >"$OUT" || fail "check: $(cat "$OUT")"

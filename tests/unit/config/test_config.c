@@ -62,6 +62,7 @@ Test(config, file_then_command_line_wins)
                            "[store]\n"
                            "segment_size = 64M\n"
                            "compact_live_ratio = 0.25\n"
+                           "reserve_space = 256M\n"
                            "[export]\n"
                            "default_size = 1G\n"
                            "[nbd]\n"
@@ -75,6 +76,7 @@ Test(config, file_then_command_line_wins)
     cr_assert_str_eq(c.log_level, "debug");
     cr_assert_eq(c.seg_bytes, 32ULL << 20);
     cr_assert_float_eq(c.compact_live_ratio, 0.25, 1e-9);
+    cr_assert_eq(c.reserve_bytes, 256ULL << 20);
     cr_assert_eq(c.default_export_size, 1ULL << 30);
     cr_assert_eq(c.nbd_loops, 3);
     cr_assert_str_eq(c.control_path, "/srv/b/ctl.sock", "control socket follows the data dir");
