@@ -145,7 +145,6 @@ struct store_txn {
     uint64_t woff;  /* offset in the active segment of wbuf[0] (valid while appending) */
     bool appending; /* holds append_lock: in-transaction records reserved, not all written */
     bool broken;    /* an append failed: only abort is allowed */
-    bool moving;    /* compaction's moves: may use the reserved free space */
     bool active;
 };
 
@@ -326,7 +325,8 @@ int store__seg_sync_dir(struct store *st);   /* any thread */
 int store__wal_hook(void *arg, bool before); /* any thread; see meta_set_wal_hook() */
 int store__seal_active(struct store *st);    /* commit_lock + append_lock */
 /* space.c (append_lock): room for `bytes` more of new data without eating into the
- * reserved free space, else -ENOSPC. */
+ * reserved free space, else -ENOSPC. Claimed where new data enters (add_chunk, early
+ * appends); compaction's moves claim nothing: they are what frees space. */
 int store__space_claim(struct store *st, uint64_t bytes);
 /* After an append of [off, end) to the active segment (append_lock): a small one has zeros
  * written ahead of it, so the page cache backs the next small appends with large folios.

@@ -40,10 +40,11 @@ refresh(struct store *st)
 int
 store__space_claim(struct store *st, uint64_t bytes)
 {
-    if (st->space_spent + bytes > st->space_room || st->space_spent >= SPACE_RECHECK ||
-        st->space_room - st->space_spent < SPACE_RECHECK)
+    /* spent <= room always: only claims that fit are added */
+    if (st->space_spent >= SPACE_RECHECK ||
+        st->space_room - st->space_spent < SPACE_RECHECK + bytes)
         refresh(st);
-    if (bytes > st->space_room) {
+    if (bytes > st->space_room - st->space_spent) {
         if (!st->space_low)
             log_warn("store: %s: free space is down to the reserve of %" PRIu64
                      " MiB kept for the index; new data is refused (ENOSPC) until space is "

@@ -62,7 +62,6 @@ txn_reset(struct store_txn *tx)
     tx->wlen = tx->wused = tx->nwiov = 0;
     tx->broken = false;
     tx->active = false;
-    tx->moving = false;
     meta_batch_clear(tx->batch);
 }
 
@@ -388,11 +387,6 @@ reserve_append(struct store_txn *tx, uint64_t reclen, size_t wbytes)
 {
     struct store *st = tx->st;
     append_begin(tx);
-    if (!tx->moving) {
-        int rc = store__space_claim(st, reclen);
-        if (rc)
-            return rc;
-    }
     if (st->active->size > 0 && st->active->size + reclen > st->opt.seg_bytes) {
         /* Seal: the records so far go to the old segment now, the rest to a new one. */
         int rc = flush_wbuf(tx);
@@ -493,7 +487,10 @@ add_chunk(struct store_txn *tx, uint8_t hash_alg, const uint8_t *hash, size_t ha
     if (!store__new_chunk_ok(hash_alg, hash, hash_len, len))
         return -EINVAL;
     uint64_t reclen = store_record_len(len);
-    int rc = reserve_append(tx, reclen, borrow ? STORE_RECORD_HDR_LEN : reclen);
+    append_begin(tx); /* new data: claimed against the free-space reserve (append_lock) */
+    int rc = store__space_claim(st, reclen);
+    if (rc == 0)
+        rc = reserve_append(tx, reclen, borrow ? STORE_RECORD_HDR_LEN : reclen);
     if (rc)
         return rc;
     bool found;
@@ -1016,7 +1013,6 @@ store__move_records(struct store *st, struct store_seg *from, struct store_move 
     struct store_txn *tx = &st->txn;
     txn_reset(tx);
     tx->active = true;
-    tx->moving = true; /* moving records frees space: the reserve is for this too */
     *moved = 0;
     struct txn_seg *fd = seg_delta(tx, from);
     int rc = fd ? 0 : -ENOMEM;

@@ -51,7 +51,8 @@ def main():
         acked = json.load(open(state))
         bad = [off for off, n, seed in acked if h.pread(n, off) != data(seed, n)]
         if bad:
-            sys.exit(f"{len(bad)} of {len(acked)} acknowledged writes read back wrong, first at {bad[0]}")
+            sys.exit(f"{len(bad)} of {len(acked)} acknowledged writes read back wrong, "
+                     f"first at {bad[0]}")
         print(f"{len(acked)} acknowledged writes read back")
     elif mode == "refill":
         h.pwrite(data(5, 256 << 10), 0)
