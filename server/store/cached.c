@@ -9,8 +9,6 @@
 
 #include <errno.h>
 
-#include "util/crc32c.h"
-
 /* Map entries per location cache batch (stack arrays). */
 #define RANGE_BATCH 64
 
@@ -63,12 +61,10 @@ store_chunk_read_cached(struct store *st, uint64_t chunk_id, void *buf, size_t c
     struct iovec iov[2] = {{hb, sizeof(hb)}, {buf, loc.len}};
     ssize_t got = store__io->preadv_nowait(sg->fd, iov, 2, loc.off);
     store__seg_put(st, sg);
-    struct store_record_hdr h;
     /* invariant 5: never bytes that fail their check. A record that is not this chunk's
      * means a stale cached location (compaction moved it). */
-    if (got != (ssize_t) (sizeof(hb) + loc.len) || store_record_decode(hb, sizeof(hb), &h) != 0 ||
-        h.chunk_id != chunk_id || h.codec != STORE_CODEC_RAW || h.raw_len != loc.len ||
-        h.stored_len != loc.len || crc32c(0, buf, loc.len) != h.data_crc) {
+    if (got != (ssize_t) (sizeof(hb) + loc.len) ||
+        !store_record_holds(hb, chunk_id, loc.len, buf)) {
         if (cached && got == (ssize_t) (sizeof(hb) + loc.len))
             store__loc_chunk_drop(st, chunk_id);
         return -EAGAIN;

@@ -76,6 +76,7 @@ append_some(struct store *st, struct store_new_chunk *c, size_t n)
         c[i].off = at;
         at += store_record_len(c[i].len);
     }
+    store__seg_prefill(sg, off, at);
     rc = store__io_writev_full(sg->fd, iov, 2 * n, off);
     /* After the write: a WAL hook that clears the flag then syncs covers these bytes. */
     __atomic_store_n(&sg->unsynced, 1, __ATOMIC_SEQ_CST);
@@ -87,7 +88,6 @@ append_some(struct store *st, struct store_new_chunk *c, size_t n)
                 sg->id, off, n, bytes, strerror(-rc));
         return rc;
     }
-    store__seg_prefill(sg, off, at);
     __atomic_store_n(&st->id_next, id + n, __ATOMIC_RELEASE);
     __atomic_add_fetch(&sg->early_pending, (int) n, __ATOMIC_SEQ_CST);
     store__seg_set_size(sg, at);

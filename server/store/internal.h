@@ -328,9 +328,10 @@ int store__seal_active(struct store *st);    /* commit_lock + append_lock */
  * reserved free space, else -ENOSPC. Claimed where new data enters (add_chunk, early
  * appends); compaction's moves claim nothing: they are what frees space. */
 int store__space_claim(struct store *st, uint64_t bytes);
-/* After an append of [off, end) to the active segment (append_lock): a small one has zeros
- * written ahead of it, so the page cache backs the next small appends with large folios.
- * A hint: errors are ignored. store__seg_trim cuts those zeros off (append_lock). */
+/* Before an append of [off, end) to the active segment, off being its size (append_lock):
+ * fills the window-aligned stretch the append will write with zeros, so the page cache
+ * backs it with large folios. A hint: errors are ignored. store__seg_trim cuts the zeros
+ * past the size off (append_lock). */
 void store__seg_prefill(struct store_seg *sg, uint64_t off, uint64_t end);
 void store__seg_trim(struct store_seg *sg);
 int store__read_record(struct store *st, struct store_seg *sg, uint64_t off,

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "util/crc32c.h"
 #include "util/log.h"
 
 /* Records per preadv: two iovecs each (header, bytes), well within Linux's IOV_MAX (1024);
@@ -116,12 +115,8 @@ read_run(struct store *st, const uint64_t *ids, void *const *bufs, uint32_t len,
     store__seg_put(st, sg);
     for (size_t i = a; i < b; i++) {
         size_t end = (i - a + 1) * (STORE_RECORD_HDR_LEN + len);
-        struct store_record_hdr h;
         if (got < 0 || (size_t) got < end ||
-            store_record_decode(hdrs + (i - a) * STORE_RECORD_HDR_LEN, STORE_RECORD_HDR_LEN, &h) !=
-                0 ||
-            h.chunk_id != ids[i] || h.raw_len != len || h.stored_len != len ||
-            crc32c(0, bufs[i], len) != h.data_crc)
+            !store_record_holds(hdrs + (i - a) * STORE_RECORD_HDR_LEN, ids[i], len, bufs[i]))
             ok[i] = false; /* store_chunk_read reads it again and logs what is wrong */
     }
 }

@@ -77,6 +77,16 @@ store_record_decode(const void *buf, size_t len, struct store_record_hdr *h)
 }
 
 bool
+store_record_holds(const void *hdr, uint64_t id, uint32_t len, const void *data)
+{
+    const uint8_t *p = hdr;
+    uint64_t rid = (uint64_t) rd32(p + 16) | (uint64_t) rd32(p + 20) << 32;
+    return rd32(p) == STORE_RECORD_MAGIC && p[4] == STORE_RECORD_VERSION &&
+           p[5] == STORE_CODEC_RAW && rd32(p + 8) == len && rd32(p + 12) == len && rid == id &&
+           crc32c(0, data, len) == rd32(p + 24);
+}
+
+bool
 store_record_data_ok(const struct store_record_hdr *h, const void *data)
 {
     return crc32c(0, data, h->stored_len) == h->data_crc;

@@ -53,6 +53,14 @@ void store_record_encode(uint8_t out[STORE_RECORD_HDR_LEN], const struct store_r
 int store_record_decode(const void *buf, size_t len, struct store_record_hdr *h);
 /* Whether the stored bytes that follow header h (h->stored_len of them) match its data_crc. */
 bool store_record_data_ok(const struct store_record_hdr *h, const void *data);
+/* The read paths' check of a record read with its chunk's bytes: whether hdr
+ * (STORE_RECORD_HDR_LEN bytes) is a raw record of chunk id holding len stored bytes, and
+ * data (those bytes) matches its data_crc. The header's own CRC is not recomputed: every
+ * field a read relies on is compared with what the chunk entry says, and the data CRC must
+ * match the bytes, so damage to the header fails this check (or touches only the hash,
+ * which a read does not use) — it cannot make wrong bytes pass (invariant 5). Callers read
+ * a record that fails again through store_record_decode, which says what is wrong. */
+bool store_record_holds(const void *hdr, uint64_t id, uint32_t len, const void *data);
 /* Header + stored bytes. */
 static inline uint64_t
 store_record_len(uint32_t stored_len)

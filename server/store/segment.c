@@ -358,34 +358,32 @@ store__seal_active(struct store *st)
     return 0;
 }
 
-/* Small appends and the page cache. The kernel sizes a file's page-cache folios by the
- * write that creates them: records appended one 4 KiB write at a time sit in 4 KiB pages,
- * and a random 4 KiB read of them costs about twice the page-cache look-ups and copy time
- * of the same read from data written in large pieces (2.2 against 1.2 µs per preadv2 on
- * this machine's kernel, 6.18 with ext4 large folios; random reads after random writes
- * were 70-86k IOPS against ~100k after compaction had rewritten the same data in 4 MiB
- * groups — docs/benchmarks.md, item 44). So a small append writes zeros ahead of itself,
- * window-aligned, one PREFILL_WINDOW at a time: the following small appends overwrite
- * pages that already sit in large folios. Large appends make large folios by themselves
- * and get no zeros (that would copy every byte twice). The zeros lie past the segment's
- * size, where nothing reads: recovery truncates them like any unindexed tail, a seal or a
- * close cuts them off (store__seg_trim). Their cost: one window of zeros written per
- * window of small appends, and an fdatasync may write up to two windows of zeros once. */
+/* Appends and the page cache. The kernel (6.18, ext4 with large folios) sizes a file's
+ * page-cache folios by the write that creates them and aligns each folio to its size in
+ * the file. Records are 4 KiB plus a 64-byte header, so appends start anywhere in a page:
+ * a 4 KiB append makes 4 KiB folios, and a 260 KiB one makes folios that grow from 4 KiB
+ * at its start to its alignment and shrink again towards its end. Reads from small
+ * folios cost more page-cache look-ups and copy time: a random 4 KiB read 2.2 against 1.2
+ * µs (docs/benchmarks.md, item 44), a sequential read of 2 GiB 8% more server CPU (item
+ * 45). So before an append, the window-aligned stretch of file it will write is filled
+ * with zeros, one whole PREFILL_WINDOW at a time, and the append overwrites pages that
+ * sit in window-sized folios. Every byte is written twice into the page cache, yet a
+ * sequential write measured as fast as without: the zeros pay for the folio allocations
+ * the data write then skips. The zeros lie past the segment's size, where nothing reads:
+ * recovery truncates them like any unindexed tail, a seal or a close cuts them off
+ * (store__seg_trim), and an fdatasync may write up to one window of them once. */
 #define PREFILL_WINDOW (256u << 10)
-#define PREFILL_SMALL  (64u << 10) /* appends shorter than this get zeros ahead */
 
 void
 store__seg_prefill(struct store_seg *sg, uint64_t off, uint64_t end)
 {
     static const uint8_t zeros[PREFILL_WINDOW];
-    if (end - off >= PREFILL_SMALL || end + PREFILL_WINDOW <= sg->prefilled)
-        return;
-    uint64_t at = sg->prefilled > end ? sg->prefilled : end;
-    uint64_t to = (end + PREFILL_WINDOW - 1) / PREFILL_WINDOW * PREFILL_WINDOW + PREFILL_WINDOW;
+    uint64_t at = sg->prefilled > off ? sg->prefilled : off;
+    const uint64_t to = (end + PREFILL_WINDOW - 1) / PREFILL_WINDOW * PREFILL_WINDOW;
     while (at < to) {
-        uint64_t n = to - at < PREFILL_WINDOW ? to - at : PREFILL_WINDOW;
+        uint64_t n = PREFILL_WINDOW - at % PREFILL_WINDOW; /* whole windows after the first */
         int rc = store__io_write_full(sg->fd, zeros, n, at);
-        if (rc) { /* e.g. a full disk: the appends themselves still get their chance */
+        if (rc) { /* e.g. a full disk: the append itself still gets its chance */
             log_debug("store: seg %" PRIu32 " off %" PRIu64 ": zeros ahead of appends: %s", sg->id,
                       at, strerror(-rc));
             return;

@@ -365,6 +365,7 @@ flush_wbuf(struct store_txn *tx)
             at += tx->wiov[i].iov_len;
         }
     }
+    store__seg_prefill(st->active, tx->woff, tx->woff + tx->wlen);
     int rc = store__io_writev_full(st->active->fd, tx->wiov, tx->nwiov, tx->woff);
     /* After the write: a WAL hook that clears the flag then syncs covers these bytes. */
     __atomic_store_n(&st->active->unsynced, 1, __ATOMIC_SEQ_CST);
@@ -373,7 +374,6 @@ flush_wbuf(struct store_txn *tx)
                 tx->woff, tx->wlen, strerror(-rc));
         return rc;
     }
-    store__seg_prefill(st->active, tx->woff, tx->woff + tx->wlen);
     tx->woff += tx->wlen;
     tx->wlen = tx->wused = tx->nwiov = 0;
     return 0;

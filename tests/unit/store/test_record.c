@@ -128,6 +128,41 @@ Test(record, every_single_bit_flip_is_rejected)
     }
 }
 
+/* The read paths' check: the record holds chunk id's len bytes and they match data_crc.
+ * Any flipped bit in a field a read relies on (magic, version, codec, lengths, id, data
+ * CRC), or in the data, fails it; a flip in the hash or the header CRC, which a read does
+ * not use, does not — that is what the check leaves out, and why it is still safe. */
+Test(record, holds_checks_every_field_a_read_relies_on)
+{
+    uint8_t data[4096];
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (uint8_t) (i * 11 + 5);
+    struct store_record_hdr h;
+    sample(&h);
+    h.data_crc = crc32c(0, data, sizeof(data));
+    uint8_t b[STORE_RECORD_HDR_LEN];
+    store_record_encode(b, &h);
+    cr_assert(store_record_holds(b, h.chunk_id, 4096, data));
+    cr_assert(!store_record_holds(b, h.chunk_id + 1, 4096, data), "another chunk's record");
+    cr_assert(!store_record_holds(b, h.chunk_id ^ (1ULL << 40), 4096, data), "id's high word");
+    cr_assert(!store_record_holds(b, h.chunk_id, 4095, data), "another length");
+    data[100] ^= 4;
+    cr_assert(!store_record_holds(b, h.chunk_id, 4096, data), "damaged data");
+    data[100] ^= 4;
+    for (size_t bit = 0; bit < sizeof(b) * 8; bit++) {
+        size_t byte = bit / 8;
+        bool unused = byte == 6 || byte == 7 || byte >= 28; /* hash_alg/len, hdr_crc, hash */
+        b[byte] ^= (uint8_t) (1u << (bit % 8));
+        cr_assert_eq(store_record_holds(b, h.chunk_id, 4096, data), unused, "bit %zu", bit);
+        b[byte] ^= (uint8_t) (1u << (bit % 8));
+    }
+    sample(&h);
+    h.codec = STORE_CODEC_LZ4; /* compressed records go through the full decode */
+    h.data_crc = crc32c(0, data, sizeof(data));
+    store_record_encode(b, &h);
+    cr_assert(!store_record_holds(b, h.chunk_id, 4096, data));
+}
+
 Test(record, out_of_range_fields_rejected_even_with_valid_crc)
 {
     struct store_record_hdr h, d;
