@@ -2,7 +2,8 @@
  * back-ends: `rocksdb` (the `hash` column family, persistent, unbounded; the default) and
  * `memory` (a bounded table with LRU eviction, lost on restart).
  * Owns: the back-end state (the memory table; for rocksdb an in-memory filter of its keys,
- * built in the background from the chunk records in meta, and its builder thread).
+ * built in the background from the chunk records in meta, its builder thread, and the last
+ * answers RocksDB gave for found hashes, which repeats of them are answered from).
  * Knows nothing of exports, the block map or store transactions: inserts are staged in a
  * struct index_batch that carries the store transaction's meta batch; the caller publishes
  * them after that batch committed, so an entry never becomes visible before its chunk

@@ -281,3 +281,42 @@ Test(filter, recently_freed_ids_are_not_answered_and_their_entries_stay)
     assert_found(&f, 1, 100);
     fx_close(&f);
 }
+
+/* The back-end's hot entries: a found hash is answered from memory the next time (its
+ * RocksDB entry deleted behind the index's back still answers), and never outlives what
+ * changes it — a freed chunk is not answered, and a hash staged for another chunk answers
+ * that chunk once committed, whether the old one was freed or not. */
+Test(filter, hot_entries_answer_from_memory_and_never_outlive_their_chunk)
+{
+    struct fx f;
+    fx_open(&f, "rocksdb");
+    index__filter_wait(filter_of(&f));
+    commit_keys(&f, 1, 3, 3);
+    assert_found(&f, 1, 3); /* each found once: now hot */
+    uint8_t h[32], key[META_HASH_KEY_MAX];
+    uint64_t id = 0;
+    make_hash(h, 1);
+    meta_batch_delete(f.mb, META_CF_HASH, key, meta_key_hash_encode(key, 1, h, 32));
+    cr_assert_eq(meta_batch_commit(f.m, f.mb, false), 0);
+    meta_batch_clear(f.mb);
+    cr_assert_eq(index_lookup(f.ix, 1, h, 32, &id), 0, "not answered from memory");
+    cr_assert_eq(id, 1001);
+    /* Freed: not answered, and once its hash is stored again, the new chunk is. */
+    make_hash(h, 2);
+    index_remove(f.ix, &f.b, 1, h, 32, 1002);
+    cr_assert_eq(index_lookup(f.ix, 1, h, 32, &id), -ENOENT, "a freed chunk answered");
+    cr_assert_eq(index_stage(f.ix, &f.b, 1, h, 32, 3002), 0);
+    fx_commit(&f);
+    cr_assert_eq(index_lookup(f.ix, 1, h, 32, &id), 0);
+    cr_assert_eq(id, 3002);
+    /* Replaced without a free that the index saw (an entry's chunk freed long ago): the
+     * staged entry wins once committed, and not before. */
+    make_hash(h, 3);
+    cr_assert_eq(index_stage(f.ix, &f.b, 1, h, 32, 3003), 0);
+    cr_assert_eq(index_lookup(f.ix, 1, h, 32, &id), 0);
+    cr_assert_eq(id, 1003, "a staged entry answered before its commit");
+    fx_commit(&f);
+    cr_assert_eq(index_lookup(f.ix, 1, h, 32, &id), 0);
+    cr_assert_eq(id, 3003, "the hot entry outlived the commit that replaced it");
+    fx_close(&f);
+}
