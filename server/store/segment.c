@@ -364,7 +364,7 @@ store__seal_active(struct store *st)
  * a 4 KiB append makes 4 KiB folios, and a 260 KiB one makes folios that grow from 4 KiB
  * at its start to its alignment and shrink again towards its end. Reads from small
  * folios cost more page-cache look-ups and copy time: a random 4 KiB read 2.2 against 1.2
- * µs (docs/benchmarks.md, item 44), a sequential read of 2 GiB 8% more server CPU (item
+ * µs (docs/benchmarks.md, item 44), a sequential read of 2 GiB 9% more server CPU (item
  * 45). So before an append, the window-aligned stretch of file it will write is filled
  * with zeros, one whole PREFILL_WINDOW at a time, and the append overwrites pages that
  * sit in window-sized folios. Every byte is written twice into the page cache, yet a
@@ -384,7 +384,7 @@ store__seg_prefill(struct store_seg *sg, uint64_t off, uint64_t end)
         uint64_t n = PREFILL_WINDOW - at % PREFILL_WINDOW; /* whole windows after the first */
         int rc = store__io_write_full(sg->fd, zeros, n, at);
         if (rc) { /* e.g. a full disk: the append itself still gets its chance */
-            log_debug("store: seg %" PRIu32 " off %" PRIu64 ": zeros ahead of appends: %s", sg->id,
+            log_debug("store: seg %" PRIu32 " off %" PRIu64 ": zeros before an append: %s", sg->id,
                       at, strerror(-rc));
             return;
         }
