@@ -22,6 +22,12 @@ rd32(const uint8_t *p)
     return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
 }
 
+static uint64_t
+rd64(const uint8_t *p)
+{
+    return (uint64_t) rd32(p) | (uint64_t) rd32(p + 4) << 32;
+}
+
 static uint32_t
 hdr_crc(const uint8_t *p)
 {
@@ -64,7 +70,7 @@ store_record_decode(const void *buf, size_t len, struct store_record_hdr *h)
     h->hash_len = p[7];
     h->raw_len = rd32(p + 8);
     h->stored_len = rd32(p + 12);
-    h->chunk_id = (uint64_t) rd32(p + 16) | (uint64_t) rd32(p + 20) << 32;
+    h->chunk_id = rd64(p + 16);
     h->data_crc = rd32(p + 24);
     memcpy(h->hash, p + 32, h->hash_len);
     if (h->raw_len > DEDUPD_CHUNK_MAX || h->stored_len > DEDUPD_CHUNK_MAX)
@@ -80,10 +86,9 @@ bool
 store_record_holds(const void *hdr, uint64_t id, uint32_t len, const void *data)
 {
     const uint8_t *p = hdr;
-    uint64_t rid = (uint64_t) rd32(p + 16) | (uint64_t) rd32(p + 20) << 32;
     return rd32(p) == STORE_RECORD_MAGIC && p[4] == STORE_RECORD_VERSION &&
-           p[5] == STORE_CODEC_RAW && rd32(p + 8) == len && rd32(p + 12) == len && rid == id &&
-           crc32c(0, data, len) == rd32(p + 24);
+           p[5] == STORE_CODEC_RAW && rd32(p + 8) == len && rd32(p + 12) == len &&
+           rd64(p + 16) == id && crc32c(0, data, len) == rd32(p + 24);
 }
 
 bool
