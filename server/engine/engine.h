@@ -138,6 +138,20 @@ int engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
  * Any thread; the loop thread is the one it is for. */
 #define ENGINE_NOWAIT_MAX_BYTES (1u << 20)
 int engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf);
+/* engine_read_nowait for a caller that sends the bytes from where they land: chunk i of
+ * the read is left at buf + i * sp->stride + sp->skip (chunk_size bytes each), with the
+ * store's record headers between chunks, so that the store copies each run of adjacent
+ * records from the page cache in one piece (store_chunks_read_cached_rec). Only for whole
+ * chunks: engine_read_spread_size is the size buf needs for the read, or 0 for a read
+ * this does not take (not aligned to chunks, a single chunk, past the end, over
+ * ENGINE_NOWAIT_MAX_BYTES), which then goes to engine_read_nowait. 0 or -EAGAIN, as
+ * engine_read_nowait. */
+struct engine_spread {
+    uint32_t stride, skip;
+};
+size_t engine_read_spread_size(const struct engine_export *ex, uint64_t off, uint32_t len);
+int engine_read_nowait_spread(struct engine_export *ex, uint64_t off, uint32_t len, void *buf,
+                              struct engine_spread *sp);
 int engine_write(struct engine_export *ex, uint64_t off, uint32_t len, const void *buf,
                  unsigned flags);
 int engine_trim(struct engine_export *ex, uint64_t off, uint64_t len, unsigned flags);

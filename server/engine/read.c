@@ -120,10 +120,11 @@ engine_read(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
 }
 
 /* The map entries from the location cache, the whole chunks with one batched cached read,
- * a partial first or last chunk on its own; -EAGAIN as soon as anything declines. */
+ * a partial first or last chunk on its own; -EAGAIN as soon as anything declines. With sp,
+ * the read is of whole chunks and lands spread in buf (engine_read_nowait_spread). */
 static int
 read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t len,
-                   uint8_t *buf)
+                   uint8_t *buf, const struct engine_spread *sp)
 {
     const uint32_t cs = xs->rec.chunk_size;
     const uint64_t first = off / cs, last = (off + len - 1) / cs, n = last - first + 1;
@@ -131,9 +132,14 @@ read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uin
     uint64_t ids_small[8];
     void *bufs_small[8];
     uint64_t *ids = n <= 8 ? ids_small : malloc(n * sizeof(*ids));
-    void **bufs = n <= 8 ? bufs_small : malloc(n * sizeof(*bufs));
+    void **bufs = sp || n <= 8 ? bufs_small : malloc(n * sizeof(*bufs));
     int rc = ids && bufs ? store_map_get_range_cached(e->st, xs->id, first, n, ids) : -EAGAIN;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
+        if (sp) {
+            if (!ids[i])
+                memset(buf + i * sp->stride + sp->skip, 0, cs);
+            continue;
+        }
         uint64_t cstart = (first + i) * cs, lo, hi;
         overlap(cstart, cs, off, len, &lo, &hi);
         uint8_t *dst = buf + (lo - off);
@@ -156,7 +162,8 @@ read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uin
             memcpy(dst, scratch + (lo - cstart), hi - lo);
     }
     if (rc == 0)
-        rc = store_chunks_read_cached(e->st, ids, n, bufs, cs);
+        rc = sp ? store_chunks_read_cached_rec(e->st, ids, n, buf, cs)
+                : store_chunks_read_cached(e->st, ids, n, bufs, cs);
     free(scratch);
     if (bufs != bufs_small)
         free(bufs);
@@ -165,8 +172,9 @@ read_nowait_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uin
     return rc < 0 ? -EAGAIN : 0;
 }
 
-int
-engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
+static int
+read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf,
+            const struct engine_spread *sp)
 {
     struct engine *e = ex->e;
     struct engine_xstate *xs = ex->xs;
@@ -177,11 +185,40 @@ engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *b
     struct engine_chunkrange r;
     if (!engine__chunklock_try(&xs->lock, &r, off / cs, (off + len - 1) / cs, false))
         return -EAGAIN;
-    int rc = read_nowait_locked(e, xs, off, len, buf);
+    int rc = read_nowait_locked(e, xs, off, len, buf, sp);
     engine__chunklock_release(&xs->lock, &r);
     if (rc == 0)
         ENGINE_COUNT(e, xs, bytes_read, len);
     return rc;
+}
+
+int
+engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *buf)
+{
+    return read_nowait(ex, off, len, buf, NULL);
+}
+
+size_t
+engine_read_spread_size(const struct engine_export *ex, uint64_t off, uint32_t len)
+{
+    const struct engine_xstate *xs = ex->xs;
+    const uint32_t cs = xs->rec.chunk_size;
+    if (len < 2 * cs || len > ENGINE_NOWAIT_MAX_BYTES || off % cs || len % cs ||
+        !engine__range_ok(xs, off, len))
+        return 0;
+    return (len / cs) * store_rec_stride(cs);
+}
+
+int
+engine_read_nowait_spread(struct engine_export *ex, uint64_t off, uint32_t len, void *buf,
+                          struct engine_spread *sp)
+{
+    if (engine_read_spread_size(ex, off, len) == 0)
+        return -EAGAIN;
+    const uint32_t cs = ex->xs->rec.chunk_size;
+    *sp = (struct engine_spread){.stride = (uint32_t) store_rec_stride(cs),
+                                 .skip = (uint32_t) store_rec_skip()};
+    return read_nowait(ex, off, len, buf, sp);
 }
 
 /* ---- extents ---- */

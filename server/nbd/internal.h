@@ -161,6 +161,8 @@ struct nbd_req {
     int err;                   /* decided before the engine (-errno), 0 = submit */
     const char *msg;           /* human text for a structured error chunk, static */
     struct engine_extent *ext; /* BLOCK_STATUS */
+    /* READ data the engine left spread in buf (stride != 0) rather than contiguous */
+    struct engine_spread spread;
     /* the reply being written */
     uv_write_t w;
     uint8_t *out; /* headers and small payloads of the reply, malloc'd */

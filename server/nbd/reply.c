@@ -81,11 +81,71 @@ add_buf(struct nbd_req *req, void *p, size_t len)
     req->bufs[req->nbufs++] = uv_buf_init(p, (unsigned) len);
 }
 
+/* READ data: bytes [rel, rel + n) of the read (rel counted from req->off) are at
+ * piece(req, rel, n, &len) for len of them — all n when the data is contiguous in
+ * req->buf, else up to the end of the chunk they start in (req->spread: the engine left
+ * each chunk where the store's read put it). */
+static uint8_t *
+piece(const struct nbd_req *req, uint64_t rel, uint64_t n, uint64_t *len)
+{
+    const struct engine_spread *sp = &req->spread;
+    if (!sp->stride) {
+        *len = n;
+        return req->buf + rel;
+    }
+    uint32_t cs = sp->stride - sp->skip;
+    uint64_t in = rel % cs;
+    *len = cs - in < n ? cs - in : n;
+    return req->buf + (rel / cs) * sp->stride + sp->skip + in;
+}
+
+/* Buffers add_data takes for all of the READ data in one call: one when contiguous, else
+ * one per chunk touched. Split into runs, the data takes at most one more per run. */
+static unsigned
+data_bufs(const struct nbd_req *req)
+{
+    const struct engine_spread *sp = &req->spread;
+    return sp->stride ? req->len / (sp->stride - sp->skip) + 2 : 1;
+}
+
+static void
+add_data(struct nbd_req *req, uint64_t rel, uint64_t n)
+{
+    while (n > 0) {
+        uint64_t len;
+        uint8_t *p = piece(req, rel, n, &len);
+        add_buf(req, p, len);
+        rel += len;
+        n -= len;
+    }
+}
+
+static bool
+all_zero(const uint8_t *p, size_t n)
+{
+    /* p[0] == 0 and every byte equals its predecessor: memcmp runs at memory speed. */
+    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+static bool
+data_zero(const struct nbd_req *req, uint64_t rel, uint64_t n)
+{
+    while (n > 0) {
+        uint64_t len;
+        const uint8_t *p = piece(req, rel, n, &len);
+        if (!all_zero(p, len))
+            return false;
+        rel += len;
+        n -= len;
+    }
+    return true;
+}
+
 static bool
 simple_reply(struct nbd_req *req, uint32_t err)
 {
     bool data = err == 0 && req->type == NBD_CMD_READ && req->len > 0;
-    if (!alloc_out(req, sizeof(struct nbd_simple_reply), 2))
+    if (!alloc_out(req, sizeof(struct nbd_simple_reply), 1 + data_bufs(req)))
         return false;
     struct nbd_simple_reply r = {
         .magic = htobe32(NBD_SIMPLE_REPLY_MAGIC),
@@ -95,7 +155,7 @@ simple_reply(struct nbd_req *req, uint32_t err)
     memcpy(req->out, &r, sizeof(r));
     add_buf(req, req->out, sizeof(r));
     if (data)
-        add_buf(req, req->buf, req->len);
+        add_data(req, 0, req->len);
     return true;
 }
 
@@ -126,13 +186,6 @@ none_chunk(struct nbd_req *req)
     return true;
 }
 
-static bool
-all_zero(const uint8_t *p, size_t n)
-{
-    /* p[0] == 0 and every byte equals its predecessor: memcmp runs at memory speed. */
-    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
-}
-
 /* READ data as content chunks: whole export chunks that are all zeros become holes (so
  * the client need not receive or store them), the rest OFFSET_DATA. Partial chunks at
  * the edges of an unaligned read are always data. */
@@ -146,7 +199,7 @@ read_chunks(struct nbd_req *req, uint32_t chunk)
     size_t max_runs = chunk ? (size_t) (req->len / chunk) + 2 : 1;
     const size_t hdr_data = sizeof(struct nbd_chunk_hdr) + 8;
     const size_t hdr_hole = sizeof(struct nbd_chunk_hdr) + sizeof(struct nbd_chunk_offset_hole);
-    if (!alloc_out(req, max_runs * hdr_hole, (unsigned) (2 * max_runs)))
+    if (!alloc_out(req, max_runs * hdr_hole, (unsigned) (2 * max_runs) + data_bufs(req)))
         return false;
 
     uint8_t *o = req->out;
@@ -158,12 +211,12 @@ read_chunks(struct nbd_req *req, uint32_t chunk)
         if (chunk) {
             uint64_t next = (pos / chunk + 1) * chunk;
             bool aligned = pos % chunk == 0;
-            hole = aligned && next <= end && all_zero(req->buf + (pos - start), chunk);
+            hole = aligned && next <= end && data_zero(req, pos - start, chunk);
             run_end = next < end ? next : end;
             while (run_end < end) {
                 uint64_t n2 = run_end + chunk;
                 bool full = n2 <= end;
-                bool z = full && all_zero(req->buf + (run_end - start), chunk);
+                bool z = full && data_zero(req, run_end - start, chunk);
                 if (z != hole)
                     break;
                 run_end = n2 < end ? n2 : end;
@@ -185,7 +238,7 @@ read_chunks(struct nbd_req *req, uint32_t chunk)
             uint64_t be = htobe64(pos);
             memcpy(o + sizeof(struct nbd_chunk_hdr), &be, 8);
             add_buf(req, o, hdr_data);
-            add_buf(req, req->buf + (pos - start), run_end - pos);
+            add_data(req, pos - start, run_end - pos);
         }
         o += hdr_hole;
         pos = run_end;

@@ -96,8 +96,13 @@ start(struct nbd_conn *c, struct nbd_req *req)
          * engine's read path (and its block cache) is all it promises. */
         if (req->type == NBD_CMD_CACHE && req->len > DEDUPD_NBD_MAX_PAYLOAD)
             er->len = DEDUPD_NBD_MAX_PAYLOAD;
-        req->buf = bufpool_get(c->lp->bufs, er->len);
-        req->buf_len = er->len;
+        /* A READ the loop may answer itself takes a buffer that fits it spread too
+         * (engine_read_nowait_spread); the worker uses the same one as it is. */
+        size_t spread = req->type == NBD_CMD_READ && er->len <= c->lp->nowait_max
+                            ? engine_read_spread_size(c->ex, req->off, (uint32_t) er->len)
+                            : 0;
+        req->buf_len = spread > er->len ? spread : er->len;
+        req->buf = bufpool_get(c->lp->bufs, req->buf_len);
         if (!req->buf) {
             nbd__reply(req, -ENOMEM);
             return;
@@ -112,10 +117,13 @@ start(struct nbd_conn *c, struct nbd_req *req)
         /* A small read of cached data is answered here: handing it to a worker and back
          * costs more than the read. -EAGAIN: the worker does it (and reports any error). */
         if (req->type == NBD_CMD_READ && er->len <= c->lp->nowait_max &&
-            engine_read_nowait(c->ex, req->off, (uint32_t) er->len, req->buf) == 0) {
+            (spread ? engine_read_nowait_spread(c->ex, req->off, (uint32_t) er->len, req->buf,
+                                                &req->spread)
+                    : engine_read_nowait(c->ex, req->off, (uint32_t) er->len, req->buf)) == 0) {
             nbd__reply(req, 0);
             return;
         }
+        req->spread = (struct engine_spread){0}; /* the worker's answer is contiguous */
         break;
     case NBD_CMD_WRITE:
         er->op = ENGINE_OP_WRITE;

@@ -4,12 +4,14 @@
  * back to back in a segment. So: the entries of a dense id range come from one iterator
  * pass (a memtable skip-list search per chunk costs more than the CRC of its 4 KiB), and
  * each run of adjacent records is read with one preadv straight into the callers'
- * buffers. Every record is checked as store_chunk_read checks it (header, id, length,
- * CRC: invariant 5). Anything unusual — an entry not found by the pass, a segment gone
- * to compaction, a short read — falls back to store_chunk_read for that chunk, which
- * knows how to retry. store_chunks_read_cached does the same for the event loop with
- * cached locations and reads that never wait, and gives up (-EAGAIN) instead of falling
- * back. Knows nothing of exports or hashing. */
+ * buffers — or, for a caller that sends the bytes from where they land, as one contiguous
+ * piece into record-shaped memory (store_chunks_read_cached_rec). Every record is checked
+ * as store_chunk_read checks it (header, id, length, CRC: invariant 5). Anything unusual
+ * — an entry not found by the pass, a segment gone to compaction, a short read — falls
+ * back to store_chunk_read for that chunk, which knows how to retry.
+ * store_chunks_read_cached does the same for the event loop with cached locations and
+ * reads that never wait, and gives up (-EAGAIN) instead of falling back. Knows nothing of
+ * exports or hashing. */
 #include "store/internal.h"
 
 #include <errno.h>
@@ -86,13 +88,47 @@ adjacent(const struct meta_chunk_rec *p, const struct meta_chunk_rec *r)
     return p->seg == r->seg && p->off + store_record_len(p->stored_len) == r->off;
 }
 
+/* Where chunk i's header and bytes go: headers of a run into hdrs and bytes to bufs[i], or
+ * both into the caller's record-shaped memory (rec, store_chunks_read_cached_rec). */
+struct rv_dst {
+    void *const *bufs;
+    uint8_t *rec;
+    uint8_t *hdrs;
+};
+
+static uint8_t *
+dst_hdr(const struct rv_dst *d, uint32_t len, size_t i, size_t a)
+{
+    return d->rec ? d->rec + i * store_record_len(len) : d->hdrs + (i - a) * STORE_RECORD_HDR_LEN;
+}
+
+static uint8_t *
+dst_bytes(const struct rv_dst *d, uint32_t len, size_t i)
+{
+    return d->rec ? d->rec + i * store_record_len(len) + STORE_RECORD_HDR_LEN : d->bufs[i];
+}
+
+/* Appends [p, p + len) to iov[0..n), merged into the last entry where memory continues
+ * it: a run read into record-shaped memory is then one entry, one contiguous copy from the
+ * page cache instead of two per record. Returns the new count. */
+static int
+iov_add(struct iovec *iov, int n, uint8_t *p, size_t len)
+{
+    if (n > 0 && (uint8_t *) iov[n - 1].iov_base + iov[n - 1].iov_len == p) {
+        iov[n - 1].iov_len += len;
+        return n;
+    }
+    iov[n] = (struct iovec){p, len};
+    return n + 1;
+}
+
 /* Reads records [a, b) of one run (all ok, raw, len bytes) with one preadv (one that does
  * not wait for the disk when nowait) and checks them; a record that does not check out is
  * marked !ok for the fallback. */
 static void
-read_run(struct store *st, const uint64_t *ids, void *const *bufs, uint32_t len,
-         const struct meta_chunk_rec *recs, bool *ok, size_t a, size_t b, uint8_t *hdrs,
-         struct iovec *iov, bool nowait)
+read_run(struct store *st, const uint64_t *ids, const struct rv_dst *d, uint32_t len,
+         const struct meta_chunk_rec *recs, bool *ok, size_t a, size_t b, struct iovec *iov,
+         bool nowait)
 {
     struct store_seg *sg = store__seg_get(st, recs[a].seg);
     if (!sg) {
@@ -100,23 +136,23 @@ read_run(struct store *st, const uint64_t *ids, void *const *bufs, uint32_t len,
             ok[i] = false; /* compacted away meanwhile: store_chunk_read re-reads the entry */
         return;
     }
+    int niov = 0;
     for (size_t i = a; i < b; i++) {
-        iov[2 * (i - a)] =
-            (struct iovec){hdrs + (i - a) * STORE_RECORD_HDR_LEN, STORE_RECORD_HDR_LEN};
-        iov[2 * (i - a) + 1] = (struct iovec){bufs[i], len};
+        niov = iov_add(iov, niov, dst_hdr(d, len, i, a), STORE_RECORD_HDR_LEN);
+        niov = iov_add(iov, niov, dst_bytes(d, len, i), len);
     }
     ssize_t got;
     if (nowait)
-        got = store__io->preadv_nowait(sg->fd, iov, (int) (2 * (b - a)), recs[a].off);
+        got = store__io->preadv_nowait(sg->fd, iov, niov, recs[a].off);
     else
         do
-            got = store__io->preadv(sg->fd, iov, (int) (2 * (b - a)), recs[a].off);
+            got = store__io->preadv(sg->fd, iov, niov, recs[a].off);
         while (got == -EINTR);
     store__seg_put(st, sg);
     for (size_t i = a; i < b; i++) {
         size_t end = (i - a + 1) * (STORE_RECORD_HDR_LEN + len);
         if (got < 0 || (size_t) got < end ||
-            !store_record_holds(hdrs + (i - a) * STORE_RECORD_HDR_LEN, ids[i], len, bufs[i]))
+            !store_record_holds(dst_hdr(d, len, i, a), ids[i], len, dst_bytes(d, len, i)))
             ok[i] = false; /* store_chunk_read reads it again and logs what is wrong */
     }
 }
@@ -124,7 +160,7 @@ read_run(struct store *st, const uint64_t *ids, void *const *bufs, uint32_t len,
 /* store_chunks_read, and with nowait its non-blocking twin: locations from the cache
  * only, reads that do not wait, -EAGAIN instead of any fallback. */
 static int
-chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, uint32_t len,
+chunks_read(struct store *st, const uint64_t *ids, size_t n, struct rv_dst d, uint32_t len,
             bool nowait)
 {
     if (nowait && (!store__io->preadv_nowait || !st->loc))
@@ -154,6 +190,7 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
     uint8_t *hdrs = mem + sz_r + sz_loc + sz_it + sz_iov;
     bool *ok = (bool *) (hdrs + sz_h);
     bool *hit = ok + n; /* the location came from the cache */
+    d.hdrs = hdrs;
     memset(ok, 0, 2 * sz_ok);
 
     int rc = 0;
@@ -200,7 +237,7 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
                recs[b].raw_len == len && recs[b].stored_len == len &&
                adjacent(&recs[b - 1], &recs[b]))
             b++;
-        read_run(st, ids, bufs, len, recs, ok, i, b, hdrs, iov, nowait);
+        read_run(st, ids, &d, len, recs, ok, i, b, iov, nowait);
         i = b;
     }
     /* Locations the iterator found go into the cache once their records checked out, as
@@ -220,7 +257,7 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
             rc = -EAGAIN; /* the blocking call re-reads it and reports what is wrong */
             break;
         }
-        ssize_t got = store_chunk_read(st, ids[i], bufs[i], len);
+        ssize_t got = store_chunk_read(st, ids[i], dst_bytes(&d, len, i), len);
         if (got < 0) {
             rc = (int) got; /* logged by store_chunk_read */
         } else if ((size_t) got != len) {
@@ -236,7 +273,7 @@ chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, 
 int
 store_chunks_read(struct store *st, const uint64_t *ids, size_t n, void *const *bufs, uint32_t len)
 {
-    return chunks_read(st, ids, n, bufs, len, false);
+    return chunks_read(st, ids, n, (struct rv_dst){.bufs = bufs}, len, false);
 }
 
 int
@@ -247,5 +284,24 @@ store_chunks_read_cached(struct store *st, const uint64_t *ids, size_t n, void *
         return !ids[0] || store_chunk_read_cached(st, ids[0], bufs[0], len) == (ssize_t) len
                    ? 0
                    : -EAGAIN;
-    return chunks_read(st, ids, n, bufs, len, true);
+    return chunks_read(st, ids, n, (struct rv_dst){.bufs = bufs}, len, true);
+}
+
+size_t
+store_rec_stride(uint32_t len)
+{
+    return store_record_len(len);
+}
+
+size_t
+store_rec_skip(void)
+{
+    return STORE_RECORD_HDR_LEN;
+}
+
+int
+store_chunks_read_cached_rec(struct store *st, const uint64_t *ids, size_t n, uint8_t *rec,
+                             uint32_t len)
+{
+    return chunks_read(st, ids, n, (struct rv_dst){.rec = rec}, len, true);
 }

@@ -106,6 +106,17 @@ ssize_t store_chunk_read_cached(struct store *st, uint64_t chunk_id, void *buf, 
  * adjacent records with one read from the page cache; 0 or -EAGAIN. */
 int store_chunks_read_cached(struct store *st, const uint64_t *ids, size_t n, void *const *bufs,
                              uint32_t len);
+/* ... and store_chunks_read_cached into record-shaped memory, for a caller that can send
+ * the bytes from where they land (the event loop's READ reply): chunk i's record, header
+ * then len bytes, goes to rec + i * store_rec_stride(len), so its bytes are at that plus
+ * store_rec_skip(). A run of adjacent records then comes from the page cache as one
+ * contiguous copy, not as two per record, one of them straddling pages (a tenth of a
+ * sequential read's CPU: docs/benchmarks.md, item 47). The slots of ids[i] == 0 are left
+ * alone; the headers in the others are the store's. 0 or -EAGAIN. */
+int store_chunks_read_cached_rec(struct store *st, const uint64_t *ids, size_t n, uint8_t *rec,
+                                 uint32_t len);
+size_t store_rec_stride(uint32_t len);
+size_t store_rec_skip(void);
 /* Calls fn for each mapped chunk index in [first, first + count) in ascending order; stops
  * early and returns fn's value if fn returns non-zero. 0 or -errno. */
 int store_map_scan(struct store *st, uint32_t export_id, uint64_t first, uint64_t count,

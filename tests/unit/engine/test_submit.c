@@ -165,6 +165,52 @@ Test(submit, read_nowait_answers_cached_reads_and_declines_the_rest)
     fx_close(&f);
 }
 
+/* engine_read_nowait_spread: the same bytes as engine_read, chunk i at i * stride + skip
+ * with holes as zeros; the bytes between chunks are not the export's business. Reads it
+ * does not take have size 0 and are declined. */
+Test(submit, read_nowait_spread_puts_each_chunk_where_it_says)
+{
+    struct fx f;
+    fx_open(&f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct ctx c = {.loop_thread = pthread_self()};
+    static uint8_t data[6 * CS], want[8 * CS], spread[8 * (CS + 256)];
+    fx_fill(data, sizeof(data), 5);
+    struct engine_req w = {
+        .op = ENGINE_OP_WRITE, .ex = f.ex, .off = CS, .len = sizeof(data), .buf = data};
+    cr_assert_eq(run(&loop, &w, &c), 0);
+    struct engine_req t = {.op = ENGINE_OP_TRIM, .ex = f.ex, .off = 3 * CS, .len = CS};
+    cr_assert_eq(run(&loop, &t, &c), 0);
+
+    /* Chunks 0-7: a hole never written, data, a trimmed hole, data, a hole past the end of
+     * what was written. */
+    size_t size = engine_read_spread_size(f.ex, 0, 8 * CS);
+    cr_assert_geq(size, 8 * CS);
+    cr_assert_leq(size, sizeof(spread));
+    memset(spread, 0xAA, sizeof(spread));
+    struct engine_spread sp;
+    cr_assert_eq(engine_read_nowait_spread(f.ex, 0, 8 * CS, spread, &sp), 0);
+    cr_assert_eq(sp.stride - sp.skip, CS);
+    cr_assert_eq((size_t) sp.stride * 8, size);
+    cr_assert_eq(engine_read(f.ex, 0, 8 * CS, want), 0);
+    for (size_t i = 0; i < 8; i++)
+        cr_assert(!memcmp(spread + i * sp.stride + sp.skip, want + i * CS, CS), "chunk %zu", i);
+    cr_assert(!memcmp(want + CS, data, 2 * CS));
+
+    /* Not taken: one chunk, not chunk-aligned, past the end, too large. */
+    cr_assert_eq(engine_read_spread_size(f.ex, 0, CS), 0);
+    cr_assert_eq(engine_read_spread_size(f.ex, CS / 2, 2 * CS), 0);
+    cr_assert_eq(engine_read_spread_size(f.ex, 0, 2 * CS + 1), 0);
+    cr_assert_eq(engine_read_spread_size(f.ex, FX_SIZE - CS, 2 * CS), 0);
+    cr_assert_eq(engine_read_spread_size(f.ex, 0, ENGINE_NOWAIT_MAX_BYTES + CS), 0);
+    cr_assert_eq(engine_read_nowait_spread(f.ex, CS / 2, 2 * CS, spread, &sp), -EAGAIN);
+    cr_assert_eq(engine_read_nowait_spread(f.ex, 0, CS, spread, &sp), -EAGAIN);
+
+    cr_assert_eq(uv_loop_close(&loop), 0);
+    fx_close(&f);
+}
+
 struct order {
     int n;
     struct engine_req *seen[8];

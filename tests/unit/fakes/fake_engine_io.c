@@ -38,6 +38,7 @@ struct engine {
     unsigned fail_n;
     uint64_t delay_off;
     unsigned delay_ms;
+    uint32_t spread_gap; /* fake_io_spread */
 };
 
 struct engine *
@@ -120,6 +121,14 @@ fake_io_delay(struct engine *e, uint64_t off, unsigned ms)
     pthread_mutex_lock(&e->mu);
     e->delay_off = off;
     e->delay_ms = ms;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void
+fake_io_spread(struct engine *e, uint32_t gap)
+{
+    pthread_mutex_lock(&e->mu);
+    e->spread_gap = gap;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -489,4 +498,41 @@ engine_read_nowait(struct engine_export *ex, uint64_t off, uint32_t len, void *b
 {
     (void) ex, (void) off, (void) len, (void) buf;
     return -EAGAIN; /* every read goes through engine_submit, with its delays */
+}
+
+size_t
+engine_read_spread_size(const struct engine_export *ex, uint64_t off, uint32_t len)
+{
+    struct engine *e = ex->e;
+    uint32_t cs = ex->info.chunk_size;
+    pthread_mutex_lock(&e->mu);
+    uint32_t gap = e->spread_gap;
+    pthread_mutex_unlock(&e->mu);
+    if (!gap || len < 2 * cs || off % cs || len % cs || range_ok(ex, off, len))
+        return 0;
+    return (size_t) (len / cs) * (cs + gap);
+}
+
+/* Chunk i at buf + i * (cs + gap) + gap, the gaps filled with 0xEE: a reply that sends a
+ * gap, or misses a chunk, shows in the bytes the client gets. */
+int
+engine_read_nowait_spread(struct engine_export *ex, uint64_t off, uint32_t len, void *buf,
+                          struct engine_spread *sp)
+{
+    struct engine *e = ex->e;
+    size_t size = engine_read_spread_size(ex, off, len);
+    if (size == 0)
+        return -EAGAIN;
+    uint32_t cs = ex->info.chunk_size, gap = (uint32_t) (size / (len / cs)) - cs;
+    *sp = (struct engine_spread){.stride = cs + gap, .skip = gap};
+    uint8_t *p = buf;
+    pthread_mutex_lock(&e->mu);
+    e->cnt.reads++;
+    e->cnt.spread_reads++;
+    for (uint64_t i = 0; i < len / cs; i++) {
+        memset(p + i * sp->stride, 0xEE, gap);
+        do_read(ex, off + i * cs, cs, p + i * sp->stride + gap);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
 }

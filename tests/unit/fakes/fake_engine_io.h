@@ -21,6 +21,10 @@ int fake_io_add_export(struct engine *e, const char *name, uint64_t size, uint32
 void fake_io_fail(struct engine *e, enum engine_op op, int err, unsigned n);
 /* Operations starting at offset off sleep ms first (on the worker thread). */
 void fake_io_delay(struct engine *e, uint64_t off, unsigned ms);
+/* With gap > 0, READs of whole chunks (at least two) are answered at once on the loop,
+ * spread (engine_read_nowait_spread) with gap junk bytes before each chunk; 0 (the
+ * default): every read goes through engine_submit. */
+void fake_io_spread(struct engine *e, uint32_t gap);
 
 struct fake_io_counters {
     uint64_t reads, writes, trims, zeros, flushes, extents;
@@ -31,6 +35,7 @@ struct fake_io_counters {
     uint32_t max_concurrent; /* most operations running at once */
     uint64_t batches;        /* engine_submit_writes calls with more than one write */
     uint32_t max_batch;      /* most writes in one engine_submit_writes call */
+    uint64_t spread_reads;   /* of the reads, those answered spread on the loop */
 };
 void fake_io_counters(struct engine *e, struct fake_io_counters *out);
 

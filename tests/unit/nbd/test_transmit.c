@@ -212,6 +212,44 @@ Test(transmit, structured_read_sends_holes_for_zero_chunks)
     close(fd);
 }
 
+/* READs the loop answers spread (engine_read_nowait_spread: junk between the chunks): the
+ * client gets each chunk's bytes and none of the junk, in simple replies, in structured
+ * ones with holes between data, with DF, and in reads that are not spread (unaligned). */
+Test(transmit, reads_answered_spread_send_only_the_chunks)
+{
+    fake_io_spread(h.e, 64);
+    enum { N = 12, CSZ = 4096 };
+    static uint8_t w[N * CSZ], r[N * CSZ];
+    fill(w, sizeof(w), 21);
+    memset(w + 4 * CSZ, 0, 3 * CSZ); /* chunks 4-6 zeros: a hole in structured replies */
+    for (int k = 0; k < 2; k++) {
+        int fd = h_connect(&h);
+        cl_go(fd, "", k == 1, NULL, NULL);
+        if (k == 0) {
+            cl_req(fd, NBD_CMD_WRITE, 0, 1, 0, sizeof(w), w);
+            uint64_t ck;
+            cr_assert_eq(cl_simple(fd, &ck), 0);
+            cl_req(fd, NBD_CMD_READ, 0, 2, 0, sizeof(r), NULL);
+            cr_assert_eq(cl_simple(fd, &ck), 0);
+            cr_assert(cl_recv(fd, r, sizeof(r)));
+            cr_assert_eq(memcmp(r, w, sizeof(w)), 0, "simple reply");
+        } else {
+            uint32_t err;
+            cr_assert_eq(sread(fd, 0, 0, sizeof(r), r, &err), 1, "one hole: chunks 4-6");
+            cr_assert_eq(err, 0);
+            cr_assert_eq(memcmp(r, w, sizeof(w)), 0, "structured reply");
+            cr_assert_eq(sread(fd, NBD_CMD_FLAG_DF, CSZ, 9 * CSZ, r, &err), 0);
+            cr_assert_eq(memcmp(r, w + CSZ, 9 * CSZ), 0, "one data chunk (DF)");
+            sread(fd, 0, 100, 5 * CSZ, r, &err);
+            cr_assert_eq(memcmp(r, w + 100, 5 * CSZ), 0, "unaligned: not spread");
+        }
+        close(fd);
+    }
+    struct fake_io_counters cnt;
+    fake_io_counters(h.e, &cnt);
+    cr_assert_eq(cnt.spread_reads, 3, "the aligned reads were answered spread");
+}
+
 Test(transmit, read_of_nothing_written_is_one_hole)
 {
     int fd = h_connect(&h);
