@@ -144,8 +144,9 @@ meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync)
     rocksdb_writebatch_destroy(wb);
     if (err) {
         log_err("meta: write batch of %zu entries: %s", b->count, err);
+        int rc = meta__errno(err);
         free(err);
-        return -EIO;
+        return rc;
     }
     /* With manual WAL flushing a sync write is a write followed by a WAL flush + fsync. */
     return sync ? meta_sync(m) : 0;

@@ -58,12 +58,20 @@ static const char *const cf_names[META_CF__COUNT + 1] = {
     "default", "map", "chunk", "hash", "rev", "export", "meta",
 };
 
+int
+meta__errno(const char *err)
+{
+    /* Status::NoSpace's text, whatever RocksDB was writing (WAL, SST, manifest) */
+    return err && strstr(err, "No space left on device") ? -ENOSPC : -EIO;
+}
+
 static int
 rdb_err(const char *what, const char *dir, char *err)
 {
     log_err("meta: %s %s: %s", what, dir ? dir : "", err ? err : "unknown error");
+    int rc = meta__errno(err);
     free(err);
-    return -EIO;
+    return rc;
 }
 
 static void

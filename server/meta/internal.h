@@ -31,6 +31,11 @@ struct meta {
     uint64_t sweep_dropped; /* entries dropped since open (atomic) */
 };
 
+/* The errno for a RocksDB error (the C API gives only its text): -ENOSPC when RocksDB
+ * found the file system full, so that the NBD edge answers NBD_ENOSPC (qemu's default
+ * werror=enospc then pauses the guest rather than failing its I/O), else -EIO. */
+int meta__errno(const char *err);
+
 int meta__sweep_init(struct meta *m);  /* before the database opens: 0 or -ENOMEM */
 void meta__sweep_fini(struct meta *m); /* after it closed */
 

@@ -1,7 +1,8 @@
 /* meta: the RocksDB database under DATA_DIR/db with dedupd's column families.
  * Owns: the rocksdb handle, its options, the column family handles. No header outside
  * meta/ mentions rocksdb_; callers see column families as enum meta_cf and keys/values as
- * bytes encoded by meta/keys.h. RocksDB errors become -EIO plus one log line here.
+ * bytes encoded by meta/keys.h. RocksDB errors become -EIO plus one log line here, or
+ * -ENOSPC when RocksDB could not write because the file system is full.
  * Threads: any thread, concurrently (RocksDB is thread-safe); calls may block on disk,
  * so never the loop thread. */
 #ifndef DD_META_META_H
@@ -63,7 +64,10 @@ size_t meta_batch_bytes(const struct meta_batch *b); /* encoded size, for flush 
  * the whole batch: for rare checks, not per entry. */
 int meta_batch_find(const struct meta_batch *b, enum meta_cf cf, const void *key, size_t klen,
                     void *val, size_t cap, size_t *vlen);
-/* Writes the batch atomically; b stays the caller's. With sync the WAL is fsynced first. */
+/* Writes the batch atomically; b stays the caller's. With sync the WAL is fsynced first.
+ * 0, -ENOMEM, -EIO, or -ENOSPC: the file system is full (another process may have filled
+ * it past the store's reserve), and RocksDB refuses writes until its background retries
+ * find room again — then, without a restart, batches are taken again. */
 int meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync);
 
 /* Makes every committed batch durable (WAL fsync). Invariant 4: call after the segment
@@ -72,7 +76,7 @@ int meta_sync(struct meta *m);
 /* The WAL is flushed manually (see db.c): committed batches stay in memory until this
  * writes them to the WAL file (and fsyncs it with sync). meta_sync() == flush with sync.
  * Callers must have made the segment bytes those batches reference durable first if the
- * write may reach the disk (invariant 4). 0 or -EIO. */
+ * write may reach the disk (invariant 4). 0, -EIO or -ENOSPC. */
 int meta_flush_wal(struct meta *m, bool sync);
 /* fn(arg, true) runs before, and fn(arg, false) after, the WAL flush of every meta_sync()
  * and meta_batch_commit(.., sync = true) — not of meta_flush_wal() — so that whoever owns
@@ -103,7 +107,7 @@ int meta_compact(struct meta *m, enum meta_cf cf);
  * flush is scheduled. Either way the flush covers exactly the batches committed before
  * the call, so the store calls it right after a segment fdatasync: RocksDB's own flush
  * (which persists batches regardless of the WAL) then never writes references to segment
- * bytes that are not yet durable. 0 or -EIO. */
+ * bytes that are not yet durable. 0, -EIO or -ENOSPC. */
 int meta_flush_memtables(struct meta *m, bool wait);
 /* Largest active memtable among the column families, and the size at which RocksDB flushes
  * one on its own. */

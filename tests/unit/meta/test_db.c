@@ -10,6 +10,7 @@
 
 #include "dedupd/version.h"
 #include "fakes/tmpdir.h"
+#include "meta/internal.h"
 #include "meta/meta.h"
 #include "util/log.h"
 
@@ -402,4 +403,17 @@ Test(db, wal_hook_runs_around_syncs_asked_by_others)
     meta_set_wal_hook(m, NULL, NULL);
     meta_batch_free(b);
     meta_close(m);
+}
+
+/* RocksDB's errors come as text: a full file system must reach the NBD edge as ENOSPC
+ * (qemu pauses the guest on it), anything else as EIO. */
+Test(db, rocksdb_errors_map_no_space_to_enospc_and_the_rest_to_eio)
+{
+    cr_assert_eq(meta__errno("IO error: No space left on device: While appending to file: "
+                             "/d/db/000027.sst: No space left on device"),
+                 -ENOSPC);
+    cr_assert_eq(meta__errno("IO error: No space left on device"), -ENOSPC);
+    cr_assert_eq(meta__errno("IO error: Input/output error: While fsync: a file"), -EIO);
+    cr_assert_eq(meta__errno("Corruption: block checksum mismatch"), -EIO);
+    cr_assert_eq(meta__errno(NULL), -EIO);
 }
