@@ -11,14 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/nbd-lib.sh"
 requires_libnbd_python
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: $TEST_NAME: needs root for mount" >&2; exit 77; }
-
-FS="$TEST_TMP/fs"
-mkdir -p "$FS"
-mount -t tmpfs -o size=256M tmpfs "$FS" ||
-    { echo "SKIP: $TEST_NAME: cannot mount tmpfs" >&2; exit 77; }
-on_exit "umount -l '$FS'"
-DD_DIR="$FS/data"
+small_fs 256M
 STATE="$TEST_TMP/acked.json"
 CLIENT="$(dirname "$0")/disk_full.py"
 

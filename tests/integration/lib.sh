@@ -6,6 +6,7 @@
 #   dd_kill                  SIGKILL (crash)
 #   ctl ARGS...              dedupd-ctl on the test server's control socket
 #   on_exit CMD              run CMD at exit (LIFO), whatever happens
+#   small_fs SIZE            the data dir on a tmpfs of SIZE at $FS (root; else skip, 77)
 #   fail MSG                 print and exit 1
 # Every server binds 127.0.0.1 or a Unix socket only; every wait is bounded.
 set -euo pipefail
@@ -54,6 +55,20 @@ wait_until() {
         sleep 0.1
     done
     return 1
+}
+
+# small_fs SIZE: a tmpfs of SIZE mounted for this test at $FS, with the data directory on
+# it (DD_DIR), unmounted at exit: a file system that really fills up. Needs root and
+# permission to mount (a container without CAP_SYS_ADMIN has neither): skips (77)
+# otherwise — faking ENOSPC in an I/O layer would not show what the kernel and RocksDB do.
+small_fs() {
+    [ "$(id -u)" -eq 0 ] || { echo "SKIP: $TEST_NAME: needs root for mount" >&2; exit 77; }
+    FS="$TEST_TMP/fs"
+    mkdir -p "$FS"
+    mount -t tmpfs -o "size=$1" tmpfs "$FS" ||
+        { echo "SKIP: $TEST_NAME: cannot mount tmpfs" >&2; exit 77; }
+    on_exit "umount -l '$FS'"
+    DD_DIR="$FS/data"
 }
 
 DD_DIR="$TEST_TMP/data"

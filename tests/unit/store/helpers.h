@@ -3,15 +3,18 @@
 #define DD_TEST_STORE_HELPERS_H
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fakes/tmpdir.h"
 #include "meta/keys.h"
 #include "meta/meta.h"
+#include "store/record.h"
 #include "store/store.h"
 #include "util/hash.h"
 #include "util/log.h"
@@ -84,6 +87,25 @@ open_db_of(const char *data_dir, bool read_only)
     struct meta_options mo = {.read_only = read_only};
     cr_assert_eq(meta_open(db, &mo, &m), 0);
     return m;
+}
+
+/* Damages chunk id's record on disk in the store at data_dir: the byte `at` bytes into
+ * its stored data gets `mask` xored in. */
+static inline void
+flip_data_byte(struct store *st, const char *data_dir, uint64_t id, uint32_t at, uint8_t mask)
+{
+    struct store_chunk_info ci;
+    cr_assert_eq(store_chunk_get(st, id, &ci), 0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/segments/seg-%08u.log", data_dir, ci.seg);
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    uint8_t c;
+    off_t off = (off_t) ci.off + STORE_RECORD_HDR_LEN + at;
+    cr_assert_eq(pread(fd, &c, 1, off), 1);
+    c ^= mask;
+    cr_assert_eq(pwrite(fd, &c, 1, off), 1);
+    close(fd);
 }
 
 static inline void

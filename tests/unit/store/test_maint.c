@@ -171,18 +171,7 @@ Test(maint, scrub_finds_a_flipped_byte)
 {
     uint64_t ids[40];
     struct store *st = populated(ids);
-    struct store_chunk_info ci;
-    cr_assert_eq(store_chunk_get(st, ids[17], &ci), 0);
-    char p[512];
-    snprintf(p, sizeof(p), "%s/segments/seg-%08u.log", dir, ci.seg);
-    int fd = open(p, O_RDWR);
-    cr_assert_geq(fd, 0);
-    uint8_t c;
-    off_t at = (off_t) ci.off + 64 + 4095;
-    cr_assert_eq(pread(fd, &c, 1, at), 1);
-    c ^= 1;
-    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
-    close(fd);
+    flip_data_byte(st, dir, ids[17], 4095, 1);
     struct findings f = {0};
     struct store_scrub_result sr;
     cr_assert_eq(store_scrub(st, NULL, on_finding, &f, &sr), 0);

@@ -350,18 +350,7 @@ Test(store, flipped_byte_reads_as_euclean)
     uint64_t a = add(tx, 1, 4096);
     cr_assert_eq(store_txn_map_set(tx, 1, 0, a), 0);
     cr_assert_eq(store_txn_commit(tx, NULL, NULL), 0);
-    struct store_chunk_info ci;
-    cr_assert_eq(store_chunk_get(st, a, &ci), 0);
-    char p[512];
-    snprintf(p, sizeof(p), "%s/segments/seg-%08u.log", data, ci.seg);
-    int fd = open(p, O_RDWR);
-    cr_assert_geq(fd, 0);
-    uint8_t c;
-    off_t at = (off_t) ci.off + 64 + 1000;
-    cr_assert_eq(pread(fd, &c, 1, at), 1);
-    c ^= 0x10;
-    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
-    close(fd);
+    flip_data_byte(st, data, a, 1000, 0x10);
     uint8_t buf[4096];
     cr_assert_eq(store_chunk_read(st, a, buf, sizeof(buf)), -EUCLEAN);
     store_close(st);
@@ -607,18 +596,7 @@ Test(store, chunks_read_many_matches_one_by_one_and_catches_a_flipped_byte)
     cr_assert_eq(store_chunks_read_cached(st, &gone, 1, p, 4096), -EAGAIN);
 
     /* A flipped byte in the middle of a run: -EUCLEAN, never wrong bytes. */
-    struct store_chunk_info ci;
-    cr_assert_eq(store_chunk_get(st, id[12], &ci), 0);
-    char path[512];
-    snprintf(path, sizeof(path), "%s/segments/seg-%08u.log", data, ci.seg);
-    int fd = open(path, O_RDWR);
-    cr_assert_geq(fd, 0);
-    uint8_t c;
-    off_t at = (off_t) ci.off + 64 + 7;
-    cr_assert_eq(pread(fd, &c, 1, at), 1);
-    c ^= 0x01;
-    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
-    close(fd);
+    flip_data_byte(st, data, id[12], 7, 0x01);
     cr_assert_eq(store_chunks_read_cached(st, id, N, p, 4096), -EAGAIN);
     cr_assert_eq(store_chunks_read(st, id, N, p, 4096), -EUCLEAN);
     cr_assert_eq(store_chunks_read(st, id, 12, p, 4096), 0); /* the ones before are fine */
@@ -682,18 +660,7 @@ Test(store, chunks_read_into_record_shaped_memory_copies_each_run_in_one_piece)
     cr_assert_lt(nowait_calls, N / 4, "a read per run, not per chunk");
     cr_assert_eq(nowait_split, 0, "a run was copied in pieces");
 
-    struct store_chunk_info ci;
-    cr_assert_eq(store_chunk_get(st, id[20], &ci), 0);
-    char path[512];
-    snprintf(path, sizeof(path), "%s/segments/seg-%08u.log", data, ci.seg);
-    int fd = open(path, O_RDWR);
-    cr_assert_geq(fd, 0);
-    uint8_t c;
-    off_t at = (off_t) ci.off + 64 + 100;
-    cr_assert_eq(pread(fd, &c, 1, at), 1);
-    c ^= 0x40;
-    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
-    close(fd);
+    flip_data_byte(st, data, id[20], 100, 0x40);
     cr_assert_eq(store_chunks_read_cached_rec(st, ids, N, rec, 4096), -EAGAIN);
     cr_assert_eq(store_chunks_read_cached_rec(st, ids, 20, rec, 4096), 0, "the ones before");
     store_close(st);
