@@ -229,7 +229,12 @@ make_options(struct meta *m, uint64_t cache_bytes)
     rocksdb_options_set_wal_recovery_mode(m->db_opts, 2 /* kPointInTimeRecovery */);
     rocksdb_options_set_keep_log_file_num(m->db_opts, 4);
     rocksdb_options_set_max_log_file_size(m->db_opts, 4ULL << 20);
-    rocksdb_options_set_info_log_level(m->db_opts, 2 /* WARN */);
+    /* RocksDB's own LOG file: fatal lines only. Debian's librocksdb keeps its assertions,
+     * and a LOG write that fails (the file system is full) makes the next one abort the
+     * process (WritableFileWriter::AssertFalseAndGetStatusForPrevError) — the first
+     * background error it logs on a full disk did so. Every RocksDB error that matters
+     * reaches dedupd as a status, which meta logs (tests/integration/disk-full-other.sh). */
+    rocksdb_options_set_info_log_level(m->db_opts, 4 /* FATAL */);
     rocksdb_flushoptions_set_wait(m->fopts, 1);
     rocksdb_flushoptions_set_wait(m->fopts_nowait, 0);
     return 0;
