@@ -90,8 +90,8 @@ read_locked(struct engine *e, struct engine_xstate *xs, uint64_t off, uint32_t l
     if (rc == 0 && bufs) {
         rc = store_chunks_read(e->st, ids, n, bufs, cs);
         if (rc < 0)
-            log_err("engine: export %s chunks %" PRIu64 "+%" PRIu64 ": read failed: %s",
-                    xs->rec.name, first, n, strerror(-rc));
+            log_err_limited("engine: export %s chunks %" PRIu64 "+%" PRIu64 ": read failed: %s",
+                            xs->rec.name, first, n, strerror(-rc));
     }
     free(bufs);
     free(scratch);

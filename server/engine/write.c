@@ -325,8 +325,8 @@ append_early(struct wreq *w)
         return 0;
     int rc = store_append_early(w->e->st, w->nc, w->nnc);
     if (rc < 0) {
-        log_err("engine: export %s chunks %" PRIu64 "+%u: append failed: %s", w->xs->rec.name,
-                w->c[0].idx, w->n, strerror(-rc));
+        log_err_limited("engine: export %s chunks %" PRIu64 "+%u: append failed: %s",
+                        w->xs->rec.name, w->c[0].idx, w->n, strerror(-rc));
         w->nnc = 0; /* the request fails: nothing of it was appended */
     }
     return rc;
@@ -594,8 +594,8 @@ run_txn(struct wreq **g, size_t n)
     rc = store_txn_commit(tx, engine__on_freed, &fc);
     if (rc < 0) {
         if (n == 1)
-            log_err("engine: export %s chunks %" PRIu64 "+%u: commit failed: %s",
-                    g[0]->xs->rec.name, g[0]->c[0].idx, g[0]->n, strerror(-rc));
+            log_err_limited("engine: export %s chunks %" PRIu64 "+%u: commit failed: %s",
+                            g[0]->xs->rec.name, g[0]->c[0].idx, g[0]->n, strerror(-rc));
         return rc;
     }
     for (i = 0; i < n; i++) /* invariant 2: only now that the chunks are committed */

@@ -143,7 +143,7 @@ meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync)
     rocksdb_write(m->db, m->wopts, wb, &err);
     rocksdb_writebatch_destroy(wb);
     if (err) {
-        log_err("meta: write batch of %zu entries: %s", b->count, err);
+        log_err_limited("meta: write batch of %zu entries: %s", b->count, err);
         int rc = meta__errno(err);
         free(err);
         return rc;

@@ -310,9 +310,9 @@ nbd__reply(struct nbd_req *req, int result)
     uint32_t nerr = nbd__errno_to_nbd(err);
     if (err && !req->err) {
         /* The engine logged the details; this line ties them to the client. */
-        log_warn("nbd: conn %" PRIu64 " (%s): export %s: %s off %" PRIu64 " len %" PRIu32 ": %s",
-                 c->id, c->peer, c->info.name, nbd__cmd_name(req->type), req->off, req->len,
-                 strerror(-err));
+        log_warn_limited(
+            "nbd: conn %" PRIu64 " (%s): export %s: %s off %" PRIu64 " len %" PRIu32 ": %s", c->id,
+            c->peer, c->info.name, nbd__cmd_name(req->type), req->off, req->len, strerror(-err));
     } else if (err) {
         log_debug("nbd: conn %" PRIu64 " (%s): %s off %" PRIu64 " len %" PRIu32 ": %s (%s)", c->id,
                   c->peer, nbd__cmd_name(req->type), req->off, req->len, nbd__err_name(nerr),

@@ -91,3 +91,66 @@ Test(log, level_names_parse_and_reject)
     cr_assert_eq(log_level_parse("loud", &lv), -EINVAL);
     cr_assert_eq(log_level_parse(NULL, &lv), -EINVAL);
 }
+
+/* A call site's budget: LOG_LIMIT_BURST lines per window, the rest counted and reported by
+ * the next line let through — in the same window never, in the next one first. */
+Test(log, limited_lines_keep_a_budget_and_count_what_they_drop)
+{
+    struct log_limit l = {0};
+    uint32_t dropped = 99;
+    uint64_t t = 5000;
+    for (int i = 0; i < LOG_LIMIT_BURST; i++) {
+        cr_assert(log_limit_pass(&l, t + (uint64_t) i, &dropped), "line %d", i);
+        cr_assert_eq(dropped, 0);
+    }
+    for (int i = 0; i < 25; i++)
+        cr_assert_not(log_limit_pass(&l, t + 100, &dropped), "line %d over the budget", i);
+    cr_assert_not(log_limit_pass(&l, t + LOG_LIMIT_WINDOW_MS - 1, &dropped), "same window");
+    cr_assert(log_limit_pass(&l, t + LOG_LIMIT_WINDOW_MS, &dropped), "a new window");
+    cr_assert_eq(dropped, 26);
+    cr_assert(log_limit_pass(&l, t + LOG_LIMIT_WINDOW_MS + 1, &dropped));
+    cr_assert_eq(dropped, 0, "reported once");
+    /* The very first call, at time 0, opens a window too. */
+    struct log_limit z = {0};
+    cr_assert(log_limit_pass(&z, 0, &dropped));
+}
+
+static void
+emit_flood(void)
+{
+    for (int i = 0; i < 3 * LOG_LIMIT_BURST; i++)
+        log_err_limited("engine: chunk %d: commit failed", i);
+}
+
+/* The macro: one budget per call site, whatever the arguments. */
+Test(log, a_flood_from_one_call_site_is_cut_to_its_budget)
+{
+    log_set_level(LOG_LEVEL_INFO);
+    char *out = capture(emit_flood);
+    int lines = 0;
+    for (const char *p = out; (p = strchr(p, '\n')); p++)
+        lines++;
+    cr_assert_eq(lines, LOG_LIMIT_BURST, "got: %s", out);
+    cr_assert(strstr(out, "chunk 9: commit failed\n") != NULL, "got: %s", out);
+    cr_assert(strstr(out, "chunk 10:") == NULL, "got: %s", out);
+    free(out);
+}
+
+static struct log_limit after_drops = {.window = 1, .lines = LOG_LIMIT_BURST, .dropped = 5};
+
+static void
+emit_after_drops(void)
+{
+    log_write_limited(&after_drops, LOG_LEVEL_WARN, "nbd: conn %d: write failed", 3);
+}
+
+/* The first line of a new window says how many were dropped before it. */
+Test(log, the_next_line_let_through_reports_the_drops)
+{
+    log_set_level(LOG_LEVEL_INFO);
+    char *out = capture(emit_after_drops);
+    cr_assert(strstr(out, "warn  nbd: conn 3: write failed [5 more like this not logged before "
+                          "it]\n") != NULL,
+              "got: %s", out);
+    free(out);
+}
