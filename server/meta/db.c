@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "dedupd/version.h"
@@ -469,6 +470,36 @@ create_fresh(struct meta *m, const char *db_dir)
     return 0;
 }
 
+/* Free bytes RocksDB needs to open a database: it writes its LOG file's header lines
+ * (option dumps), an OPTIONS file and a new MANIFEST — well under 1 MiB here — before any
+ * status can say that the disk is full. */
+#define OPEN_ROOM_BYTES (4ULL << 20)
+
+/* -ENOSPC (logged) when the file system of db_dir (or of its parent, before it exists)
+ * has less than OPEN_ROOM_BYTES free. Why refuse rather than try: Debian's librocksdb
+ * keeps its assertions, and a LOG line it cannot write makes the next one abort the
+ * process — at open, on a file system filled to the last byte, that was dedupd's start. */
+static int
+check_room(const char *db_dir)
+{
+    struct statvfs sv;
+    char parent[4096];
+    snprintf(parent, sizeof(parent), "%s", db_dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = 0;
+    if (statvfs(db_dir, &sv) < 0 && statvfs(parent, &sv) < 0)
+        return 0; /* unknown: let RocksDB say what is wrong */
+    uint64_t free_bytes = (uint64_t) sv.f_bavail * (uint64_t) sv.f_frsize;
+    if (free_bytes >= OPEN_ROOM_BYTES)
+        return 0;
+    log_err("meta: %s: only %" PRIu64 " KiB free on its file system; RocksDB needs %llu MiB "
+            "to open the index (its log, options and manifest files): free some space and start "
+            "again",
+            db_dir, free_bytes >> 10, OPEN_ROOM_BYTES >> 20);
+    return -ENOSPC;
+}
+
 int
 meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out)
 {
@@ -479,6 +510,8 @@ meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out)
     if (!m)
         return -ENOMEM;
     int rc = make_options(m, opt->block_cache_bytes);
+    if (rc == 0)
+        rc = check_room(db_dir);
     if (rc)
         goto fail;
 

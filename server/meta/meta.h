@@ -35,6 +35,7 @@ struct meta_options {
 
 /* 0 or -errno. -ENOENT: no database and !create_if_missing. -EPROTO: the directory holds a
  * database of another program or a newer DEDUPD_FORMAT_VERSION (logged; nothing touched).
+ * -ENOSPC: its file system has under 4 MiB free, too little for RocksDB to open (logged).
  * On success *out is the caller's; release it with meta_close(). */
 int meta_open(const char *db_dir, const struct meta_options *opt, struct meta **out);
 void meta_close(struct meta *m); /* NULL is fine */

@@ -6,6 +6,8 @@
 # flushes must fail with ENOSPC (not EIO, not a crash or a hang); once the file is deleted
 # writes must be taken again without a restart (RocksDB retries on its own); everything
 # acknowledged must read back, live and after a restart, and check must find no problem.
+# A start while the file system is full must be refused with exit code 1 and a log line
+# saying why, not abort.
 # Needs root and permission to mount a tmpfs, and python3-libnbd; skips (77) otherwise,
 # like disk-full.sh. On the CI machine it runs.
 . "$(dirname "$0")/lib.sh"
@@ -30,6 +32,17 @@ rm -f "$FS/filler"
 client recover || fail "writes after the space came back"
 client verify || fail "read back on the live server"
 dd_stop
+# A start on a file system filled to the last byte: refused with a clear error (RocksDB
+# would abort the process on the first log line it cannot write).
+dd if=/dev/zero of="$FS/filler" bs=1M >/dev/null 2>&1 || true
+dd if=/dev/zero of="$FS/filler2" bs=4k >/dev/null 2>&1 || true
+rc=0
+timeout 60 "$DEDUPD_BIN" -d "$DD_DIR" -l "127.0.0.1:$(free_port)" -c "$TEST_TMP/dedupd.ini" \
+    >>"$TEST_TMP/dedupd.log" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || fail "a start on the full file system exited with $rc, not 1"
+grep -q "free some space and start again" "$TEST_TMP/dedupd.log" ||
+    fail "no log line says why the start was refused"
+rm -f "$FS/filler" "$FS/filler2"
 dd_start -c "$TEST_TMP/dedupd.ini"
 client verify || fail "read back after a restart"
 OUT="$TEST_TMP/check.json"
