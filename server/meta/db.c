@@ -421,6 +421,18 @@ rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
     return remove(path);
 }
 
+/* The directory that holds path ("." for a bare name, "/" for one in the root). */
+static void
+parent_dir(const char *path, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (slash && slash != out)
+        *slash = 0;
+    else
+        snprintf(out, cap, "%s", slash ? "/" : ".");
+}
+
 /* A fresh database is built under "<db_dir>.creating" and renamed into place once it has
  * all its column families and its format_version, so that a crash half-way through never
  * leaves a directory that later opens would refuse as foreign. */
@@ -455,12 +467,7 @@ create_fresh(struct meta *m, const char *db_dir)
         log_err("meta: rename %s -> %s: %s", tmp, db_dir, strerror(errno));
         return rc;
     }
-    snprintf(parent, sizeof(parent), "%s", db_dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent)
-        *slash = 0;
-    else
-        snprintf(parent, sizeof(parent), "%s", slash ? "/" : ".");
+    parent_dir(db_dir, parent, sizeof(parent));
     int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         fsync(fd);
@@ -484,10 +491,7 @@ check_room(const char *db_dir)
 {
     struct statvfs sv;
     char parent[4096];
-    snprintf(parent, sizeof(parent), "%s", db_dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent)
-        *slash = 0;
+    parent_dir(db_dir, parent, sizeof(parent));
     if (statvfs(db_dir, &sv) < 0 && statvfs(parent, &sv) < 0)
         return 0; /* unknown: let RocksDB say what is wrong */
     uint64_t free_bytes = (uint64_t) sv.f_bavail * (uint64_t) sv.f_frsize;
