@@ -62,6 +62,9 @@ print_json(const Dedupd__StatusResult *s)
     json_str(&j, "version", s->version);
     json_u64(&j, "protocol", s->protocol);
     json_i64(&j, "sync_error", s->sync_error);
+    json_u64(&j, "free_bytes", s->free_bytes);
+    json_u64(&j, "reserve_bytes", s->reserve_bytes);
+    json_bool(&j, "new_data_refused", s->new_data_refused);
     json_obj_end(&j);
 }
 
@@ -74,6 +77,10 @@ print_table(const Dedupd__StatusResult *s)
                "                     nothing written since is durable; check the disk and\n"
                "                     restart dedupd (its recovery checks the unsynced tail)\n",
                strerror(s->sync_error));
+    if (s->new_data_refused)
+        printf("NEW DATA REFUSED:    free space is down to the reserve kept for the index;\n"
+               "                     writes of new data fail with ENOSPC until space is freed\n"
+               "                     (trim or delete, then gc)\n");
     printf("dedup:               %s\n", s->enabled ? "enabled" : "disabled");
     printf("back-end:            %s\n", s->backend);
     printf("hash:                %s\n", s->hash);
@@ -100,6 +107,14 @@ print_table(const Dedupd__StatusResult *s)
            hsize(s->memory_at_limit), s->limit_nr);
     printf("  rocksdb index on disk (est.):   %s (%" PRIu64 " unique chunks)\n",
            hsize(s->rocksdb_index_estimate), s->unique_chunks);
+    if (s->free_bytes || s->reserve_bytes) { /* both 0: a server from before the fields */
+        printf("free space:          ");
+        if (s->free_bytes == UINT64_MAX)
+            printf("unknown");
+        else
+            printf("%s", hsize(s->free_bytes));
+        printf(" (new data stops with %s left, kept for the index)\n", hsize(s->reserve_bytes));
+    }
     printf("exports:             %u\n", s->exports);
     printf("NBD connections:     %u", s->nbd_connections);
     if (s->nbd_loops) /* 0: a server from before the field */

@@ -69,6 +69,9 @@ ctl__cmd_status(struct ctl_call *call)
     r->exports = (uint32_t) n_exports;
     r->unique_chunks = ss.chunks;
     r->sync_error = -ss.sync_error;
+    r->free_bytes = ss.free_bytes;
+    r->reserve_bytes = ss.reserve_bytes;
+    r->new_data_refused = ss.new_data_refused;
 
     /* Measured per-entry cost when the running back-end has entries, else the estimate. */
     bool is_memory = strcmp(cfg.backend, "memory") == 0;

@@ -328,6 +328,8 @@ int store__seal_active(struct store *st);    /* commit_lock + append_lock */
  * reserved free space, else -ENOSPC. Claimed where new data enters (add_chunk, early
  * appends); compaction's moves claim nothing: they are what frees space. */
 int store__space_claim(struct store *st, uint64_t bytes);
+/* space.c (any thread): store_stats' free_bytes, reserve_bytes and new_data_refused. */
+void store__space_report(struct store *st, struct store_stats *out);
 /* Before an append of [off, end) to the active segment, off being its size (append_lock):
  * fills the window-aligned stretch the append will write with zeros, so the page cache
  * backs it with large folios. A hint: errors are ignored. store__seg_trim cuts the zeros

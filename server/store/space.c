@@ -37,6 +37,17 @@ refresh(struct store *st)
     st->space_room = free_bytes > st->opt.reserve_bytes ? free_bytes - st->opt.reserve_bytes : 0;
 }
 
+void
+store__space_report(struct store *st, struct store_stats *out)
+{
+    struct statvfs sv;
+    out->free_bytes = statvfs(st->seg_dir, &sv) == 0
+                          ? (uint64_t) sv.f_bavail * (uint64_t) sv.f_frsize
+                          : UINT64_MAX;
+    out->reserve_bytes = st->opt.reserve_bytes;
+    out->new_data_refused = __atomic_load_n(&st->space_low, __ATOMIC_RELAXED);
+}
+
 int
 store__space_claim(struct store *st, uint64_t bytes)
 {
@@ -45,17 +56,17 @@ store__space_claim(struct store *st, uint64_t bytes)
         st->space_room - st->space_spent < SPACE_RECHECK + bytes)
         refresh(st);
     if (bytes > st->space_room - st->space_spent) {
-        if (!st->space_low)
+        if (!__atomic_load_n(&st->space_low, __ATOMIC_RELAXED))
             log_warn("store: %s: free space is down to the reserve of %" PRIu64
                      " MiB kept for the index; new data is refused (ENOSPC) until space is "
                      "freed (trim or delete, then gc)",
                      st->seg_dir, st->opt.reserve_bytes >> 20);
-        st->space_low = true;
+        __atomic_store_n(&st->space_low, true, __ATOMIC_RELAXED);
         return -ENOSPC;
     }
-    if (st->space_low)
+    if (__atomic_load_n(&st->space_low, __ATOMIC_RELAXED))
         log_info("store: %s: free space above the reserve again; new data accepted", st->seg_dir);
-    st->space_low = false;
+    __atomic_store_n(&st->space_low, false, __ATOMIC_RELAXED);
     st->space_spent += bytes;
     return 0;
 }

@@ -516,6 +516,7 @@ store_stats(struct store *st, struct store_stats *out)
     out->compactions = st->compactions;
     pthread_mutex_unlock(&st->stat_lock);
     out->sync_error = __atomic_load_n(&st->seg_sync_err, __ATOMIC_SEQ_CST);
+    store__space_report(st, out);
     /* Segment sizes and dead bytes change under the commit lock; a racy read of 64-bit
      * fields on a 64-bit host is good enough for a statistic, but take seg_lock so the
      * table itself does not move under us. */

@@ -253,6 +253,12 @@ struct store_stats {
      * every sync fails with it and nothing written is durable until a restart (whose
      * recovery checks the unsynced tail; docs/store.md, Durability). */
     int sync_error;
+    /* The segments' file system now (statvfs; UINT64_MAX when it cannot be asked), the
+     * free-space reserve kept for the index, and whether new data is being refused because
+     * free space went down to it (until a claim fits again). */
+    uint64_t free_bytes;
+    uint64_t reserve_bytes;
+    bool new_data_refused;
 };
 int store_stats(struct store *st, struct store_stats *out);
 

@@ -22,6 +22,20 @@ timeout 240 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" write || fail "writing unt
 kill -0 "$DD_PID" 2>/dev/null || fail "dedupd exited on a full disk"
 grep -q "free space is down to the reserve of 96 MiB" "$TEST_TMP/dedupd.log" ||
     fail "no log line for the refusal at the configured reserve"
+# dedupd-ctl status tells the operator why writes fail, and how much room is left.
+refused() { # refused true|false: what status --json says of new data
+    local st="$TEST_TMP/status.json"
+    ctl --json status >"$st" || fail "status: $(cat "$st")"
+    "$NBD_PY" - "$st" "$1" <<'EOF' || fail "status: $(cat "$st")"
+import json, sys
+d, want = json.load(open(sys.argv[1])), sys.argv[2] == "true"
+ok = d["new_data_refused"] == want and d["reserve_bytes"] == 96 << 20
+ok = ok and (not want or d["free_bytes"] < (96 << 20) + (1 << 20))  # refused near the reserve
+sys.exit(not ok)
+EOF
+}
+refused true
+ctl status | grep -q "NEW DATA REFUSED" || fail "the status table does not say new data is refused"
 timeout 120 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" verify || fail "read back on the live server"
 
 dd_stop
@@ -37,5 +51,6 @@ TRIM='import nbd, sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); h.trim(h.get_siz
 "$NBD_PY" -c "$TRIM" "$(nbd_uri)" || fail "trim of the whole export"
 ctl gc --force >/dev/null 2>&1 || fail "gc after the trim"
 timeout 60 "$NBD_PY" "$CLIENT" "$(nbd_uri)" "$STATE" refill || fail "a write after space was freed"
+refused false
 dd_stop
 log "ok"

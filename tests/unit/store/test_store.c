@@ -875,6 +875,12 @@ Test(store, new_data_stops_at_the_free_space_reserve)
     struct store_options o = {.seg_bytes = 64 << 10, .reserve_bytes = 1ULL << 62};
     st = NULL;
     cr_assert_eq(store_open(data, &o, &st), 0);
+    struct store_stats ss;
+    cr_assert_eq(store_stats(st, &ss), 0);
+    cr_assert_not(ss.new_data_refused, "nothing refused yet");
+    cr_assert_eq(ss.reserve_bytes, 1ULL << 62);
+    cr_assert(ss.free_bytes > 0 && ss.free_bytes < (1ULL << 62), "free: %lu",
+              (unsigned long) ss.free_bytes);
     uint8_t buf[4096], h[DEDUPD_HASH_MAX_LEN];
     fill(buf, sizeof(buf), 77);
     hash_compute(DEDUPD_HASH_SHA256, buf, sizeof(buf), h);
@@ -891,6 +897,8 @@ Test(store, new_data_stops_at_the_free_space_reserve)
                                 .hash_len = 32,
                                 .hash = h};
     cr_assert_eq(store_append_early(st, &c, 1), -ENOSPC);
+    cr_assert_eq(store_stats(st, &ss), 0);
+    cr_assert(ss.new_data_refused, "status says new data is refused");
     /* Unmapping block 1 (metadata only) commits. */
     cr_assert_eq(store_txn_begin(st, &tx), 0);
     cr_assert_eq(store_txn_map_set(tx, 1, 1, 0), 0);
