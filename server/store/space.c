@@ -23,27 +23,30 @@
 
 #define SPACE_RECHECK (16u << 20)
 
+/* Free bytes of the segments' file system, or UINT64_MAX when statvfs cannot say. */
+static uint64_t
+free_bytes(const struct store *st)
+{
+    struct statvfs sv;
+    if (statvfs(st->seg_dir, &sv) < 0) {
+        log_debug("store: statvfs %s: %s", st->seg_dir, strerror(errno));
+        return UINT64_MAX;
+    }
+    return (uint64_t) sv.f_bavail * (uint64_t) sv.f_frsize;
+}
+
 static void
 refresh(struct store *st)
 {
-    struct statvfs sv;
     st->space_spent = 0;
-    if (statvfs(st->seg_dir, &sv) < 0) { /* unknown: do not stop writes on a guess */
-        log_debug("store: statvfs %s: %s", st->seg_dir, strerror(errno));
-        st->space_room = UINT64_MAX;
-        return;
-    }
-    uint64_t free_bytes = (uint64_t) sv.f_bavail * (uint64_t) sv.f_frsize;
-    st->space_room = free_bytes > st->opt.reserve_bytes ? free_bytes - st->opt.reserve_bytes : 0;
+    uint64_t f = free_bytes(st); /* unknown: UINT64_MAX, no writes stopped on a guess */
+    st->space_room = f > st->opt.reserve_bytes ? f - st->opt.reserve_bytes : 0;
 }
 
 void
 store__space_report(struct store *st, struct store_stats *out)
 {
-    struct statvfs sv;
-    out->free_bytes = statvfs(st->seg_dir, &sv) == 0
-                          ? (uint64_t) sv.f_bavail * (uint64_t) sv.f_frsize
-                          : UINT64_MAX;
+    out->free_bytes = free_bytes(st);
     out->reserve_bytes = st->opt.reserve_bytes;
     out->new_data_refused = __atomic_load_n(&st->space_low, __ATOMIC_RELAXED);
 }
@@ -55,18 +58,22 @@ store__space_claim(struct store *st, uint64_t bytes)
     if (st->space_spent >= SPACE_RECHECK ||
         st->space_room - st->space_spent < SPACE_RECHECK + bytes)
         refresh(st);
+    /* space_low is read by store_stats from other threads; it changes only here */
+    bool low = __atomic_load_n(&st->space_low, __ATOMIC_RELAXED);
     if (bytes > st->space_room - st->space_spent) {
-        if (!__atomic_load_n(&st->space_low, __ATOMIC_RELAXED))
+        if (!low) {
             log_warn("store: %s: free space is down to the reserve of %" PRIu64
                      " MiB kept for the index; new data is refused (ENOSPC) until space is "
                      "freed (trim or delete, then gc)",
                      st->seg_dir, st->opt.reserve_bytes >> 20);
-        __atomic_store_n(&st->space_low, true, __ATOMIC_RELAXED);
+            __atomic_store_n(&st->space_low, true, __ATOMIC_RELAXED);
+        }
         return -ENOSPC;
     }
-    if (__atomic_load_n(&st->space_low, __ATOMIC_RELAXED))
+    if (low) {
         log_info("store: %s: free space above the reserve again; new data accepted", st->seg_dir);
-    __atomic_store_n(&st->space_low, false, __ATOMIC_RELAXED);
+        __atomic_store_n(&st->space_low, false, __ATOMIC_RELAXED);
+    }
     st->space_spent += bytes;
     return 0;
 }
