@@ -64,7 +64,8 @@ src2=$work/src2.bin # overwrite: what goes over src
 srv_start "$server" "$work/srv" "$size_b" || { echo "profile.sh: $SRV_ERR" >&2; exit 1; }
 case $workload in
 read | randwrite | randread)
-    nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI" ;;
+    nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI"
+    srv_settle 60 6 ;; # as bench/run.sh: the fill's own flushes are not the workload's
 overwrite)
     nbdcopy --connections=4 --threads=4 "$src" "$SRV_URI"
     srv_settle 60 ;;

@@ -171,11 +171,13 @@ EOF
 # Before a timed phase: the deferred work of the phase before it is done. For the page-
 # cache writers that is the kernel's write-back (sync); for dedupd also its own RocksDB
 # memtable flushes and compactions (srv_settle: its CPU use falls below 5% for QUIET s,
-# default 2). Random writes leave the filled segments about half live, at the background
-# compaction's threshold: the fio phases wait 6 quiet seconds, longer than its 5 s poll, so
-# a pass that would begin right after a 2 s settle runs before the reads, not during them.
+# default 4: longer than the 2-3 s after the last write at which dedupd flushes its
+# memtables on its own, so that flush runs before the next phase, not during it). Random
+# writes leave the filled segments about half live, at the background compaction's
+# threshold: the fio phases wait 6 quiet seconds, longer than its 5 s poll, so a pass that
+# would begin right after a shorter settle runs before the reads, not during them.
 settle() {
-    if srv_is_dedupd; then srv_settle 120 "${1:-2}"; fi
+    if srv_is_dedupd; then srv_settle 120 "${1:-4}"; fi
     sync
 }
 

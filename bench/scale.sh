@@ -144,7 +144,7 @@ if [ "$only" != mem ]; then
             # back and dropped. Back to back, the third GiB met the dirty limits the first
             # two left and ran at half speed in both stores, so a median of three unlike
             # writes decided the ratio (docs/benchmarks.md, "Scale").
-            srv_settle 300
+            srv_settle 300 4 # past dedupd's own flush 2-3 s after the last write
             page_cache_reset
             [ -n "$n" ] || n=$(dd_chunks)
             [ -n "$n" ] || n=$([ "$store" = full ] && echo $((fill / cs_b)) || echo 0)

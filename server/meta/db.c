@@ -711,6 +711,19 @@ meta_memtable_bytes(struct meta *m)
 }
 
 uint64_t
+meta_memtable_entries(struct meta *m)
+{
+    uint64_t sum = 0;
+    for (int i = 1; i <= META_CF__COUNT; i++) {
+        uint64_t v = 0;
+        if (rocksdb_property_int_cf(m->db, m->cf[i], "rocksdb.num-entries-active-mem-table", &v) ==
+            0)
+            sum += v;
+    }
+    return sum;
+}
+
+uint64_t
 meta_memtable_limit(void)
 {
     return WRITE_BUFFER_BYTES;

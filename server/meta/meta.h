@@ -114,6 +114,9 @@ int meta_flush_memtables(struct meta *m, bool wait);
  * one on its own. */
 uint64_t meta_memtable_bytes(struct meta *m);
 uint64_t meta_memtable_limit(void);
+/* Entries (puts and deletes) in the active memtables of all column families together: it
+ * changes with every committed batch, so an unchanged count means nothing was written. */
+uint64_t meta_memtable_entries(struct meta *m);
 
 /* Iterators see a consistent snapshot taken at meta_iter_new. NULL on out-of-memory. */
 struct meta_iter *meta_iter_new(struct meta *m, enum meta_cf cf);

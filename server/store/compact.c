@@ -17,8 +17,9 @@
  * A crash at any point is safe: before the sync the old copies are still the indexed
  * ones; after it, a leftover file or entry with no live bytes is cleaned up by recovery.
  *
- * The background thread wakes every POLL_SEC (or when stopped), runs a pass, and keeps
- * its copying under compact_bytes_per_sec by sleeping between groups. store_compact()
+ * The background thread wakes every second for the idle flush (store__idle_tick), runs a
+ * pass every POLL_SEC (or stops when asked), and keeps a pass's copying under
+ * compact_bytes_per_sec by sleeping between groups. store_compact()
  * runs a pass at once in the caller's thread, unthrottled. One pass at a time. */
 #include "store/internal.h"
 
@@ -377,10 +378,10 @@ compact_main(void *arg)
 {
     struct store *st = arg;
     threadname_set("compact");
-    for (;;) {
+    for (unsigned tick = 1;; tick++) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += POLL_SEC;
+        until.tv_sec += 1;
         pthread_mutex_lock(&st->compact_mu);
         while (!st->compact_stop &&
                pthread_cond_timedwait(&st->compact_cv, &st->compact_mu, &until) == 0)
@@ -389,6 +390,9 @@ compact_main(void *arg)
         pthread_mutex_unlock(&st->compact_mu);
         if (stop)
             break;
+        store__idle_tick(st);
+        if (tick % POLL_SEC)
+            continue;
         struct pass p = {.st = st, .background = true};
         pthread_mutex_lock(&st->compact_run);
         int rc = run_pass(&p, false);

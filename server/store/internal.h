@@ -222,7 +222,10 @@ struct store {
     unsigned test_fail_skip, test_fail_commits; /* commit_lock: store_test_fail_commits */
     int test_fail_rc;
 
-    /* compaction thread */
+    /* background thread (compact.c): compaction passes and the idle flush (store.c) */
+    uint64_t idle_entries;         /* background thread: memtable entries at the last tick */
+    unsigned idle_ticks;           /* background thread: ticks since they last changed */
+    _Atomic uint64_t idle_flushes; /* memtable flushes made because writes stopped */
     pthread_t compact_thread;
     bool compact_running;
     pthread_mutex_t compact_mu; /* guards compact_stop; compact_cv waits on it */
@@ -417,6 +420,9 @@ int store__recover(struct store *st);
 /* compact.c */
 int store__compact_start(struct store *st);
 void store__compact_stop(struct store *st);
+/* Called by the background thread once a second: flushes the memtables once writes have
+ * stopped (store.c). */
+void store__idle_tick(struct store *st);
 
 #define STORE_META_COUNTERS "counters"
 #define STORE_META_SEG      "seg:"    /* + be32 segment id */

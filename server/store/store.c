@@ -16,6 +16,8 @@
 #define WAL_FLUSH_BYTES    (8ULL << 20) /* half the in-memory WAL buffer (meta/db.c) */
 #define MEM_POLL_BYTES     (1ULL << 20)
 #define MEM_HEADROOM_BYTES (8ULL << 20)
+#define IDLE_FLUSH_TICKS   2     /* seconds without a write before the idle flush */
+#define IDLE_FLUSH_ENTRIES 65536 /* default store_options.idle_flush_entries */
 
 static char *
 join(const char *a, const char *b)
@@ -504,6 +506,41 @@ store__wal_pace(struct store *st, size_t batch_bytes)
     return rc;
 }
 
+/* RocksDB flushes a memtable when it is full, that is, in the middle of the burst of
+ * writes that fills it. A server whose writes stopped with well-filled memtables made the
+ * next writer pay the flush of what the last one wrote: up to a quarter of the server's CPU
+ * during random 4 KiB writes after a sequential fill on the 2-core machine, most of it
+ * sorting a copy of the `hash` memtable (docs/benchmarks.md, item 48). So once the
+ * memtables have not changed for IDLE_FLUSH_TICKS ticks and hold enough entries to be
+ * worth an SST file, they are flushed now — after a segment sync, as store__wal_pace does.
+ * Nothing waits for the flush; it also lets RocksDB drop its old log files, which shortens
+ * the next start's log replay. */
+void
+store__idle_tick(struct store *st)
+{
+    uint64_t n = meta_memtable_entries(st->meta);
+    if (n != st->idle_entries) {
+        st->idle_entries = n;
+        st->idle_ticks = 0;
+        return;
+    }
+    if (++st->idle_ticks != IDLE_FLUSH_TICKS || n < st->opt.idle_flush_entries)
+        return;
+    pthread_mutex_lock(&st->commit_lock);
+    int rc = store__sync_locked(st);
+    if (rc == 0)
+        rc = meta_flush_memtables(st->meta, false);
+    pthread_mutex_unlock(&st->commit_lock);
+    st->idle_entries = meta_memtable_entries(st->meta);
+    if (rc) {
+        log_warn("store: idle flush of %" PRIu64 " memtable entries: %s", n, strerror(-rc));
+        return;
+    }
+    __atomic_add_fetch(&st->idle_flushes, 1, __ATOMIC_RELAXED);
+    log_debug("store: no writes for %d s: flushing %" PRIu64 " memtable entries", IDLE_FLUSH_TICKS,
+              n);
+}
+
 int
 store_stats(struct store *st, struct store_stats *out)
 {
@@ -514,6 +551,7 @@ store_stats(struct store *st, struct store_stats *out)
     out->raw_bytes = st->cnt.raw_bytes;
     out->stored_bytes = st->cnt.stored_bytes;
     out->compactions = st->compactions;
+    out->idle_flushes = __atomic_load_n(&st->idle_flushes, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&st->stat_lock);
     out->sync_error = __atomic_load_n(&st->seg_sync_err, __ATOMIC_SEQ_CST);
     store__space_report(st, out);
@@ -551,6 +589,8 @@ store_open(const char *data_dir, const struct store_options *opt, struct store *
         st->opt.compact_bytes_per_sec = 64ULL << 20;
     if (st->opt.reserve_bytes == 0)
         st->opt.reserve_bytes = 64ULL << 20;
+    if (st->opt.idle_flush_entries == 0)
+        st->opt.idle_flush_entries = IDLE_FLUSH_ENTRIES;
     pthread_mutex_init(&st->commit_lock, NULL);
     pthread_mutex_init(&st->append_lock, NULL);
     pthread_rwlock_init(&st->wal_lock, NULL);

@@ -40,6 +40,10 @@ struct store_options {
      * and compactions need it: a full disk must not cost acknowledged writes their index
      * entries); 0 = 64 MiB. Compaction's moves may use it. */
     uint64_t reserve_bytes;
+    /* Once nothing has been written for two seconds, the background thread flushes the
+     * index's memtables if they hold at least this many entries (0 = 65536); the next
+     * burst of writes then does not pay for the last one's flush. */
+    uint64_t idle_flush_entries;
 };
 
 /* Opens (creating if absent) DATA_DIR: takes DATA_DIR/dedupd.lock (-EBUSY if another
@@ -247,8 +251,9 @@ struct store_stats {
     uint64_t disk_bytes;    /* bytes of all segment files */
     uint64_t dead_bytes;    /* record bytes in segments no longer live */
     uint64_t segments;
-    uint64_t meta_bytes;  /* RocksDB size on disk */
-    uint64_t compactions; /* segments compacted since open */
+    uint64_t meta_bytes;   /* RocksDB size on disk */
+    uint64_t compactions;  /* segments compacted since open */
+    uint64_t idle_flushes; /* memtable flushes made because writes had stopped, since open */
     /* 0, or the -errno of the first segment fdatasync that failed since open: from then on
      * every sync fails with it and nothing written is durable until a restart (whose
      * recovery checks the unsynced tail; docs/store.md, Durability). */
