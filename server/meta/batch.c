@@ -1,5 +1,5 @@
-/* batch: write batches (one per logical operation: invariant 3) and snapshot iterators.
- * Owns the buffers, rocksdb_writebatch_t, iterator and snapshot handles it creates. */
+/* batch: write batches (one per logical operation: invariant 3) and iterators, each reading
+ * as of its creation. Owns the buffers, rocksdb_writebatch_t and iterator handles it creates. */
 #include "meta/internal.h"
 
 #include <errno.h>
@@ -154,7 +154,6 @@ meta_batch_commit(struct meta *m, struct meta_batch *b, bool sync)
 
 struct meta_iter {
     struct meta *m;
-    const rocksdb_snapshot_t *snap;
     rocksdb_readoptions_t *ropts;
     rocksdb_iterator_t *it;
 };
@@ -171,8 +170,12 @@ meta_iter_new(struct meta *m, enum meta_cf cf)
         free(it);
         return NULL;
     }
-    it->snap = rocksdb_create_snapshot(m->db);
-    rocksdb_readoptions_set_snapshot(it->ropts, it->snap);
+    /* No explicit snapshot: an iterator reads as of its creation anyway (RocksDB pins the
+     * sequence number and the memtables and files it reads). A registered snapshot added
+     * nothing to that, and releasing one made RocksDB re-check its bottommost files: every
+     * SST file flushed since the last release got marked and rewritten whole, only to zero
+     * its sequence numbers ("BottommostFiles" compactions) — after an idle flush, 0.7 s of
+     * CPU in the middle of the next sequential read (docs/benchmarks.md, item 48). */
     /* Scans (check, scrub, compaction) should not evict the hot set from the cache. */
     rocksdb_readoptions_set_fill_cache(it->ropts, 0);
     /* Every key in order, also in `hash`, whose prefix extractor would otherwise let a
@@ -193,8 +196,6 @@ meta_iter_free(struct meta_iter *it)
         return;
     if (it->it)
         rocksdb_iter_destroy(it->it);
-    if (it->snap)
-        rocksdb_release_snapshot(it->m->db, it->snap);
     rocksdb_readoptions_destroy(it->ropts);
     free(it);
 }

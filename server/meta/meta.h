@@ -118,7 +118,8 @@ uint64_t meta_memtable_limit(void);
  * changes with every committed batch, so an unchanged count means nothing was written. */
 uint64_t meta_memtable_entries(struct meta *m);
 
-/* Iterators see a consistent snapshot taken at meta_iter_new. NULL on out-of-memory. */
+/* Iterators see the database as it was at meta_iter_new (RocksDB's implicit snapshot: no
+ * snapshot is registered, see batch.c). NULL on out-of-memory. */
 struct meta_iter *meta_iter_new(struct meta *m, enum meta_cf cf);
 void meta_iter_free(struct meta_iter *it);                                    /* NULL is fine */
 void meta_iter_seek(struct meta_iter *it, const void *key, size_t klen);      /* first >= key */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dedupd/version.h"
 #include "fakes/tmpdir.h"
@@ -190,6 +191,51 @@ Test(db, iterator_is_ordered_and_a_snapshot)
     cr_assert(!meta_iter_valid(it));
     cr_assert_eq(meta_iter_status(it), 0);
     meta_iter_free(it);
+    meta_close(m);
+}
+
+/* The SST file names in the database, sorted and joined, into out. */
+static void
+sst_names(char *out, size_t cap)
+{
+    struct dirent **ents = NULL;
+    int n = scandir(db, &ents, NULL, alphasort);
+    cr_assert_geq(n, 0);
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(ents[i]->d_name);
+        if (len > 4 && !strcmp(ents[i]->d_name + len - 4, ".sst")) {
+            cr_assert_lt(strlen(out) + len + 2, cap);
+            strcat(out, ents[i]->d_name);
+            strcat(out, " ");
+        }
+        free(ents[i]);
+    }
+    free(ents);
+}
+
+/* An iterator registers no snapshot: releasing one made RocksDB mark every file flushed
+ * since as a bottommost file to rewrite (to zero its sequence numbers), and it did so at
+ * once, on a compaction thread, in the middle of whatever the server was doing. */
+Test(db, an_iterator_ending_does_not_make_rocksdb_rewrite_flushed_files)
+{
+    struct meta *m = open_ok(true);
+    put_keys(m, 2000);
+    cr_assert_eq(meta_sync(m), 0);
+    cr_assert_eq(meta_flush_memtables(m, true), 0);
+    char before[4096], after[4096];
+    sst_names(before, sizeof(before));
+    cr_assert_neq(before[0], 0, "the flush wrote SST files");
+
+    struct meta_iter *it = meta_iter_new(m, META_CF_MAP);
+    meta_iter_seek(it, "key", 3);
+    cr_assert(meta_iter_valid(it));
+    meta_iter_free(it);
+    for (int i = 0; i < 20; i++) { /* 2 s: the rewrite took ~10 ms */
+        usleep(100 * 1000);
+        sst_names(after, sizeof(after));
+        cr_assert_str_eq(after, before, "files were rewritten after the iterator ended");
+    }
     meta_close(m);
 }
 
