@@ -28,6 +28,7 @@ engine_open(const struct engine_options *opt, struct engine **out)
     pthread_rwlock_init(&e->settings_lock, &ra);
     pthread_rwlockattr_destroy(&ra);
     e->hash_fn = hash_compute;
+    e->hash2_fn = hash_compute2;
     engine__commitq_init(&e->commitq, engine__commit_writes, NULL);
 
     struct store_options so = {
@@ -103,6 +104,7 @@ engine_test_set_hash_fn(struct engine *e, engine_hash_fn fn)
 {
     pthread_rwlock_wrlock(&e->settings_lock);
     e->hash_fn = fn ? fn : hash_compute;
+    e->hash2_fn = fn ? NULL : hash_compute2; /* an override sees every chunk on its own */
     pthread_rwlock_unlock(&e->settings_lock);
 }
 

@@ -150,7 +150,10 @@ struct engine {
     char default_name[DEDUPD_EXPORT_NAME_MAX + 1];
 
     struct engine_counters total;
-    engine_hash_fn hash_fn;       /* hash_compute, or a test's override */
+    engine_hash_fn hash_fn; /* hash_compute, or a test's override */
+    /* hash_compute2 (two chunks of one size at once), or NULL while a test overrides hash_fn */
+    int (*hash2_fn)(enum dedupd_hash_alg alg, const void *a, const void *b, size_t len,
+                    uint8_t out_a[DEDUPD_HASH_MAX_LEN], uint8_t out_b[DEDUPD_HASH_MAX_LEN]);
     struct engine_hashpool *hp;   /* helper threads for hashing large requests */
     struct engine_vcache *vcache; /* bytes of chunks verify read back (vcache.c) */
     _Atomic uint32_t hashing;     /* write requests in their hashing step now */

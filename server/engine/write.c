@@ -159,6 +159,24 @@ hash_one(void *arg, uint32_t i)
         atomic_store(&w->hash_err, rc);
 }
 
+/* Step 3a for chunks 2i and 2i + 1: both at once when both are hashed (hash_compute2 runs
+ * two SHA-256 streams side by side, about twice the speed of one after the other). */
+static void
+hash_pair(void *arg, uint32_t i)
+{
+    struct wreq *w = arg;
+    struct wchunk *a = &w->c[2 * i], *b = 2 * i + 1 < w->n ? &w->c[2 * i + 1] : NULL;
+    if (b && !a->zero && !b->zero && w->e->hash2_fn) {
+        int rc = w->e->hash2_fn(w->p.alg, a->data, b->data, w->cs, a->hash, b->hash);
+        if (rc < 0)
+            atomic_store(&w->hash_err, rc);
+        return;
+    }
+    hash_one(arg, 2 * i);
+    if (b)
+        hash_one(arg, 2 * i + 1);
+}
+
 /* Chunks of the request not covered whole (0, 1 or 2): each needs an RMW buffer. */
 static uint32_t
 count_partial(uint64_t off, uint64_t len, uint32_t cs, uint32_t n)
@@ -744,7 +762,7 @@ write_prepare(struct engine *e, struct engine_xstate *xs, uint64_t off, uint64_t
          * already busy, and splitting one request would only add hand-over costs. */
         bool alone = atomic_fetch_add(&e->hashing, 1) == 0;
         bool wide = alone && n > 1 && (uint64_t) n * cs >= HASH_PARALLEL_MIN_BYTES;
-        engine__hashpool_run(wide ? e->hp : NULL, n, hash_one, w);
+        engine__hashpool_run(wide ? e->hp : NULL, (n + 1) / 2, hash_pair, w);
         atomic_fetch_sub(&e->hashing, 1);
         rc = atomic_load(&w->hash_err);
         if (rc < 0)

@@ -2,10 +2,14 @@
 #include "hash.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include <openssl/sha.h>
 #include <xxhash.h>
+
+#include "sha256x2.h"
 
 size_t
 hash_len(enum dedupd_hash_alg alg)
@@ -73,4 +77,29 @@ hash_compute(enum dedupd_hash_alg alg, const void *buf, size_t len,
     default:
         return -EINVAL;
     }
+}
+
+/* Whether sha256x2 can run here: asked of the CPU once. */
+static bool
+have_sha256x2(void)
+{
+    static _Atomic int known = -1;
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v < 0) {
+        v = sha256x2_available();
+        atomic_store_explicit(&known, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+int
+hash_compute2(enum dedupd_hash_alg alg, const void *a, const void *b, size_t len,
+              uint8_t out_a[DEDUPD_HASH_MAX_LEN], uint8_t out_b[DEDUPD_HASH_MAX_LEN])
+{
+    if (alg == DEDUPD_HASH_SHA256 && have_sha256x2()) {
+        sha256x2(a, b, len, out_a, out_b);
+        return 32;
+    }
+    int rc = hash_compute(alg, a, len, out_a);
+    return rc < 0 ? rc : hash_compute(alg, b, len, out_b);
 }

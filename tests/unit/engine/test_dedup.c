@@ -96,6 +96,33 @@ Test(dedup, duplicates_within_and_across_exports_share)
     fx_close(&f);
 }
 
+static void write_seeds(struct engine_export *ex, uint64_t off, uint32_t seed, uint32_t n);
+
+/* Chunks of a multi-chunk request are hashed two at a time (hash_compute2), single chunks
+ * alone: both ways must give the same hashes, or the same bytes would not dedup. */
+Test(dedup, chunks_hashed_in_pairs_dedup_against_chunks_hashed_alone)
+{
+    struct fx f;
+    fx_open(&f);
+    write_seed(f.ex, 0, 5);
+    write_seed(f.ex, CS, 6);
+    write_seeds(f.ex, 16 * CS, 5, 2); /* seeds 5 and 6 as one pair */
+    cr_assert_eq(fx_chunks(&f), 2);
+    cr_assert_eq(stats_of(&f, NULL).dedup_hits, 2);
+    write_seeds(f.ex, 32 * CS, 5, 3); /* a pair and an odd last chunk (seed 7: new) */
+    cr_assert_eq(fx_chunks(&f), 3);
+    cr_assert_eq(stats_of(&f, NULL).dedup_hits, 4);
+    /* 32 chunks: a request large enough to be spread over the hashing threads. */
+    write_seeds(f.ex, 64 * CS, 100, 32);
+    for (uint32_t i = 0; i < 32; i++)
+        write_seed(f.ex, (128 + i) * CS, 100 + i);
+    cr_assert_eq(fx_chunks(&f), 3 + 32);
+    cr_assert_eq(stats_of(&f, NULL).dedup_hits, 4 + 32);
+    for (uint32_t i = 0; i < 32; i++)
+        assert_chunk(f.ex, (64 + i) * CS, 100 + i);
+    fx_close(&f);
+}
+
 Test(dedup, overwrite_frees_the_old_chunk_only_when_unshared)
 {
     struct fx f;
