@@ -696,31 +696,31 @@ meta_flush_memtables(struct meta *m, bool wait)
     return 0;
 }
 
+/* An integer property of every column family's active memtable: their largest, or with
+ * sum their total. */
+static uint64_t
+active_memtables(struct meta *m, const char *property, bool sum)
+{
+    uint64_t out = 0;
+    for (int i = 1; i <= META_CF__COUNT; i++) {
+        uint64_t v = 0;
+        if (rocksdb_property_int_cf(m->db, m->cf[i], property, &v) != 0)
+            continue;
+        out = sum ? out + v : (v > out ? v : out);
+    }
+    return out;
+}
+
 uint64_t
 meta_memtable_bytes(struct meta *m)
 {
-    uint64_t max = 0;
-    for (int i = 1; i <= META_CF__COUNT; i++) {
-        uint64_t v = 0;
-        if (rocksdb_property_int_cf(m->db, m->cf[i], "rocksdb.cur-size-active-mem-table", &v) ==
-                0 &&
-            v > max)
-            max = v;
-    }
-    return max;
+    return active_memtables(m, "rocksdb.cur-size-active-mem-table", false);
 }
 
 uint64_t
 meta_memtable_entries(struct meta *m)
 {
-    uint64_t sum = 0;
-    for (int i = 1; i <= META_CF__COUNT; i++) {
-        uint64_t v = 0;
-        if (rocksdb_property_int_cf(m->db, m->cf[i], "rocksdb.num-entries-active-mem-table", &v) ==
-            0)
-            sum += v;
-    }
-    return sum;
+    return active_memtables(m, "rocksdb.num-entries-active-mem-table", true);
 }
 
 uint64_t

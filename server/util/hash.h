@@ -23,7 +23,7 @@ int hash_needs_verify(enum dedupd_hash_alg alg);
 int hash_compute(enum dedupd_hash_alg alg, const void *buf, size_t len,
                  uint8_t out[DEDUPD_HASH_MAX_LEN]);
 /* hash_compute of two buffers of the same length, a into out_a and b into out_b: for
- * SHA-256 both at once where the CPU allows (about twice as fast as one after the other),
+ * SHA-256 both at once where the CPU allows (1.4–1.5 times as fast as one after the other here),
  * else one after the other. Returns the digest length, or -EINVAL for an unknown alg. */
 int hash_compute2(enum dedupd_hash_alg alg, const void *a, const void *b, size_t len,
                   uint8_t out_a[DEDUPD_HASH_MAX_LEN], uint8_t out_b[DEDUPD_HASH_MAX_LEN]);

@@ -39,6 +39,13 @@ static const uint32_t H0[8] = {
 
 #define SHA_TARGET __attribute__((target("sha,ssse3,sse4.1")))
 
+/* pshufb mask that turns each 32-bit word around: SHA-256 words are big-endian. */
+SHA_TARGET static inline __m128i
+bswap_words(void)
+{
+    return _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+}
+
 /* One lane's state between blocks, in the extensions' ABEF / CDGH form. */
 struct lane {
     __m128i abef, cdgh;
@@ -65,8 +72,7 @@ lane_digest(struct lane l, uint8_t out[32])
     __m128i dchg = _mm_shuffle_epi32(l.cdgh, 0xB1);
     __m128i dcba = _mm_blend_epi16(feba, dchg, 0xF0);
     __m128i hgfe = _mm_alignr_epi8(dchg, feba, 8);
-    /* The state words go out big-endian. */
-    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+    const __m128i bswap = bswap_words();
     _mm_storeu_si128((__m128i *) out, _mm_shuffle_epi8(dcba, bswap));
     _mm_storeu_si128((__m128i *) (out + 16), _mm_shuffle_epi8(hgfe, bswap));
 }
@@ -88,7 +94,7 @@ lane_digest(struct lane l, uint8_t out[32])
 SHA_TARGET static inline void
 blocks_x2(struct lane *a, struct lane *b, const uint8_t *pa, const uint8_t *pb)
 {
-    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+    const __m128i bswap = bswap_words();
     struct lane sa = *a, sb = *b;
     __m128i wa[4], wb[4];
     for (int i = 0; i < 4; i++) {
